@@ -1,0 +1,68 @@
+/* Internal logger. Configured once per process from GANG_DEBUG,
+ * GANG_DEBUG_SUBSYS and GANG_DEBUG_FILE; the level and subsystem are checked
+ * before any formatting, so a disabled log line costs one load and a branch.
+ * Lines look like "host:pid rank N [LEVEL SUBSYS] message". */
+#ifndef GANG_CORE_LOG_H
+#define GANG_CORE_LOG_H
+
+#include <stdbool.h>
+
+#include "gang/export.h"
+
+typedef enum gang__log_level {
+  GANG_LOG_NONE = 0,
+  GANG_LOG_WARN = 1,
+  GANG_LOG_INFO = 2,
+  GANG_LOG_TRACE = 3
+} gang__log_level;
+
+/* Subsystems are bits so GANG_DEBUG_SUBSYS can select several. */
+#define GANG__SUBSYS_LIST(X)                                                   \
+  X(INIT, 0x01)                                                                \
+  X(STORE, 0x02)                                                               \
+  X(TCP, 0x04)                                                                 \
+  X(SHM, 0x08)                                                                 \
+  X(COLL, 0x10)                                                                \
+  X(FT, 0x20)                                                                  \
+  X(LAUNCH, 0x40)                                                              \
+  X(ENV, 0x80)
+
+typedef enum gang__subsys {
+#define GANG__SUBSYS_ENUM(name, bit) GANG_SUB_##name = bit,
+  GANG__SUBSYS_LIST(GANG__SUBSYS_ENUM)
+#undef GANG__SUBSYS_ENUM
+      GANG_SUB_ALL = 0xff
+} gang__subsys;
+
+/* Level and mask after lazy initialisation; read without locks. */
+extern int gang__log_level_v;
+extern unsigned gang__log_mask_v;
+void gang__log_init(void);
+
+static inline bool gang__log_on(int level, unsigned subsys) {
+  if (gang__log_level_v < 0)
+    gang__log_init();
+  return level <= gang__log_level_v && (subsys & gang__log_mask_v) != 0;
+}
+
+void gang__log_write(int level, unsigned subsys, const char *fmt, ...)
+    GANG_PRINTF(3, 4);
+
+/* Sets the rank shown in the line prefix (-1 hides it). The launcher's RANK
+ * variable is used until this is called. */
+void gang__log_set_rank(int rank);
+
+/* Re-reads the GANG_DEBUG* variables (tests change them at run time). */
+void gang__log_reconfigure(void);
+
+#define GANG_LOG(level, sub, ...)                                              \
+  do {                                                                         \
+    if (gang__log_on((level), (sub)))                                          \
+      gang__log_write((level), (sub), __VA_ARGS__);                            \
+  } while (0)
+#define GANG_WARN(sub, ...) GANG_LOG(GANG_LOG_WARN, GANG_SUB_##sub, __VA_ARGS__)
+#define GANG_INFO(sub, ...) GANG_LOG(GANG_LOG_INFO, GANG_SUB_##sub, __VA_ARGS__)
+#define GANG_TRACE(sub, ...)                                                   \
+  GANG_LOG(GANG_LOG_TRACE, GANG_SUB_##sub, __VA_ARGS__)
+
+#endif

@@ -1,0 +1,230 @@
+/* See harness.h. */
+#include "harness/harness.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "gang/status.h"
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int count_dir(const char *path) {
+  DIR *d = opendir(path);
+  if (d == NULL)
+    return -1;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL)
+    if (e->d_name[0] != '.')
+      n++;
+  closedir(d);
+  return n;
+}
+
+int gt_count_fds(void) { return count_dir("/proc/self/fd") - 1; }
+int gt_count_threads(void) { return count_dir("/proc/self/task"); }
+
+static char *slurp_fd(int fd) {
+  struct stat st;
+  size_t n = 0;
+  if (fstat(fd, &st) == 0 && st.st_size > 0)
+    n = (size_t)st.st_size;
+  char *buf = malloc(n + 1);
+  if (buf == NULL)
+    return NULL;
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = pread(fd, buf + got, n - got, (off_t)got);
+    if (r <= 0)
+      break;
+    got += (size_t)r;
+  }
+  buf[got] = '\0';
+  return buf;
+}
+
+/* Waits for `pid` until `deadline` (ms); on expiry kills it with SIGKILL.
+ * Returns the wait status or -1 when it was killed by the watchdog. */
+static int wait_with_deadline(pid_t pid, int64_t deadline) {
+  int status = 0;
+  for (;;) {
+    pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid)
+      return status;
+    if (r < 0 && errno != EINTR)
+      return -1;
+    if (now_ms() >= deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return -1;
+    }
+    /* A child exit is what we wait for; there is no fd to poll for it
+     * without a signal handler, so check at a short interval. */
+    struct timespec ts = {0, 2 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+static void print_status(const char *who, int status) {
+  if (status == -1)
+    fprintf(stderr, "%s: killed by the watchdog (timeout)\n", who);
+  else if (WIFEXITED(status))
+    fprintf(stderr, "%s: exited with status %d\n", who, WEXITSTATUS(status));
+  else if (WIFSIGNALED(status))
+    fprintf(stderr, "%s: killed by signal %d (%s)\n", who, WTERMSIG(status),
+            strsignal(WTERMSIG(status)));
+}
+
+int gt_run_ranks(int size, gt_rank_fn fn, void *arg, int timeout_ms) {
+  pid_t *pids = calloc((size_t)size, sizeof *pids);
+  int *fds = calloc((size_t)size, sizeof *fds);
+  int *sts = calloc((size_t)size, sizeof *sts);
+  if (!pids || !fds || !sts) {
+    free(pids), free(fds), free(sts);
+    return -1;
+  }
+  fflush(stdout);
+  fflush(stderr);
+  for (int r = 0; r < size; r++) {
+    fds[r] = memfd_create("gt-rank-out", MFD_CLOEXEC);
+    pids[r] = fork();
+    if (pids[r] == 0) {
+      dup2(fds[r], 1);
+      dup2(fds[r], 2);
+      setvbuf(stdout, NULL, _IONBF, 0);
+      int rc = fn(r, size, arg);
+      fflush(stdout);
+      fflush(stderr);
+      _exit(rc == 0 ? 0 : 1);
+    }
+  }
+  int64_t deadline = now_ms() + timeout_ms;
+  int failed = 0;
+  for (int r = 0; r < size; r++) {
+    if (pids[r] < 0) {
+      failed = 1;
+      sts[r] = -1;
+      continue;
+    }
+    sts[r] = wait_with_deadline(pids[r], deadline);
+    if (sts[r] == -1) {
+      /* Once one child hung, the rest get no more time either. */
+      deadline = now_ms();
+    }
+    if (!(sts[r] != -1 && WIFEXITED(sts[r]) && WEXITSTATUS(sts[r]) == 0))
+      failed = 1;
+  }
+  if (failed) {
+    for (int r = 0; r < size; r++) {
+      char who[32];
+      snprintf(who, sizeof who, "rank %d/%d", r, size);
+      print_status(who, sts[r]);
+      char *out = slurp_fd(fds[r]);
+      if (out != NULL && out[0] != '\0') {
+        char *save = NULL;
+        for (char *line = strtok_r(out, "\n", &save); line;
+             line = strtok_r(NULL, "\n", &save))
+          fprintf(stderr, "  [rank%d] %s\n", r, line);
+      }
+      free(out);
+    }
+  }
+  for (int r = 0; r < size; r++)
+    close(fds[r]);
+  free(pids), free(fds), free(sts);
+  return failed ? -1 : 0;
+}
+
+int gt_run_cmd(char *const argv[], char *const envp[], char **output,
+               int timeout_ms) {
+  int fd = memfd_create("gt-cmd-out", MFD_CLOEXEC);
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    int devnull = open("/dev/null", O_RDONLY);
+    dup2(devnull, 0);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    /* Its own process group, so the watchdog can kill what it started. */
+    setpgid(0, 0);
+    for (int i = 0; envp && envp[i]; i++)
+      putenv(envp[i]);
+    execv(argv[0], argv);
+    fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
+    _exit(127);
+  }
+  int status = wait_with_deadline(pid, now_ms() + timeout_ms);
+  if (status == -1)
+    kill(-pid, SIGKILL);
+  if (output != NULL)
+    *output = slurp_fd(fd);
+  close(fd);
+  return status;
+}
+
+char *gt_tool_path(const char *name) {
+  size_t n = strlen(GT_BUILD_DIR) + 2 * strlen(name) + 16;
+  char *p = malloc(n);
+  if (p != NULL)
+    snprintf(p, n, "%s/tools/%s/%s", GT_BUILD_DIR, name, name);
+  return p;
+}
+
+typedef struct {
+  int fds;
+  int threads;
+} leak_state;
+
+int gt_leak_setup(void **state) {
+  leak_state *s = malloc(sizeof *s);
+  if (s == NULL)
+    return -1;
+  gang_clear_error();
+  s->fds = gt_count_fds();
+  s->threads = gt_count_threads();
+  *state = s;
+  return 0;
+}
+
+int gt_leak_teardown(void **state) {
+  leak_state *s = *state;
+  int fds = gt_count_fds();
+  int threads = gt_count_threads();
+  /* Threads may take a moment to be gone from /proc after join. */
+  for (int i = 0; i < 200 && threads > s->threads; i++) {
+    struct timespec ts = {0, 5 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    threads = gt_count_threads();
+  }
+  int child = waitpid(-1, NULL, WNOHANG);
+  int ok = 1;
+  if (fds != s->fds) {
+    fprintf(stderr, "leak check: %d file descriptors before, %d after\n",
+            s->fds, fds);
+    ok = 0;
+  }
+  if (threads != s->threads) {
+    fprintf(stderr, "leak check: %d threads before, %d after\n", s->threads,
+            threads);
+    ok = 0;
+  }
+  if (child != -1) {
+    fprintf(stderr, "leak check: a child process was left unreaped\n");
+    ok = 0;
+  }
+  free(s);
+  return ok ? 0 : -1;
+}

@@ -1,0 +1,84 @@
+/* Test harness shared by every test file.
+ *
+ * - gt_run_ranks: run fn(rank, size, arg) in `size` real child processes
+ *   with a watchdog; a child that hangs is killed at the deadline and the
+ *   test fails. Every child's output is captured and printed, prefixed with
+ *   its rank, when anything fails.
+ * - gt_run_cmd: run a program (a tool under test) with a watchdog and
+ *   capture its output.
+ * - Leak checks: file descriptors, threads and child processes are counted
+ *   around each cmocka test (GT_TEST) and a difference fails the test.
+ *
+ * Children must not use cmocka's assert_* (its longjmp would resume the
+ * parent's test list inside the child): they use RCHECK, which prints where
+ * and exits the child with status 1. */
+#ifndef GANG_TESTS_HARNESS_H
+#define GANG_TESTS_HARNESS_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+typedef int (*gt_rank_fn)(int rank, int size, void *arg);
+
+/* Returns 0 when every child exited 0 before timeout_ms; otherwise prints
+ * each child's output and status and returns -1. No child outlives it. */
+int gt_run_ranks(int size, gt_rank_fn fn, void *arg, int timeout_ms);
+
+/* Runs argv (argv[0] is a path) with extra environment entries envp
+ * ("NAME=value", NULL-terminated, may be NULL), stdin from /dev/null.
+ * Captures stdout+stderr into *output (malloc'd, NUL-terminated; caller
+ * frees). Returns the wait status, or -1 if it had to be killed at the
+ * deadline (then *output still holds what it printed). */
+int gt_run_cmd(char *const argv[], char *const envp[], char **output,
+               int timeout_ms);
+
+/* Path of a built tool: GT_BUILD_DIR "/tools/<name>/<name>". Static buffer
+ * per call site is not needed: returns a malloc'd string the caller frees. */
+char *gt_tool_path(const char *name);
+
+int gt_count_fds(void);
+int gt_count_threads(void);
+
+/* cmocka setup/teardown that fail the test on leaked fds, threads or
+ * unreaped children. */
+int gt_leak_setup(void **state);
+int gt_leak_teardown(void **state);
+#define GT_TEST(fn)                                                            \
+  cmocka_unit_test_setup_teardown(fn, gt_leak_setup, gt_leak_teardown)
+
+#define RCHECK(cond)                                                           \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
+      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+      fflush(stderr);                                                          \
+      _exit(1);                                                                \
+    }                                                                          \
+  } while (0)
+
+#define RCHECK_OK(expr)                                                        \
+  do {                                                                         \
+    int rc_ = (int)(expr);                                                     \
+    if (rc_ != 0) {                                                            \
+      fprintf(stderr, "%s:%d: %s returned %d: %s\n", __FILE__, __LINE__,       \
+              #expr, rc_, gang_last_error());                                  \
+      fflush(stderr);                                                          \
+      _exit(1);                                                                \
+    }                                                                          \
+  } while (0)
+
+/* cmocka assertion that a gang call succeeded, showing the detail. */
+#define assert_gang_ok(expr)                                                   \
+  do {                                                                         \
+    int st_ = (int)(expr);                                                     \
+    if (st_ != 0)                                                              \
+      fail_msg("%s returned %d: %s", #expr, st_, gang_last_error());           \
+  } while (0)
+
+#endif

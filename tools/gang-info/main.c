@@ -1,0 +1,48 @@
+/* gang-info: prints the version, the build options and every GANG_* setting
+ * with its documentation, default and the value in force in this
+ * environment. Exits 1 if any setting in the environment is malformed. */
+#include <stdio.h>
+#include <string.h>
+
+#include "gang/config.h"
+#include "gang/version.h"
+
+#ifndef GANG_BUILD_TYPE
+#define GANG_BUILD_TYPE "unknown"
+#endif
+#ifndef GANG_BUILD_SANITIZE
+#define GANG_BUILD_SANITIZE ""
+#endif
+
+static void usage(FILE *out) {
+  fprintf(out, "usage: gang-info [--help]\n"
+               "Prints gang's version, build options and settings.\n");
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1) {
+    int help = strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0;
+    usage(help ? stdout : stderr);
+    return help ? 0 : 2;
+  }
+  printf("gang %s\n", gang_version_string());
+  printf("build: %s%s%s, C11, %s\n", GANG_BUILD_TYPE,
+         GANG_BUILD_SANITIZE[0] ? ", sanitize=" : "", GANG_BUILD_SANITIZE,
+         __VERSION__);
+  printf("\nsettings (environment variable, type, default -> in force):\n");
+  int bad = 0;
+  for (int i = 0; i < gang_setting_count(); i++) {
+    gang_setting_info info;
+    if (gang_setting_describe(i, &info) != GANG_OK)
+      continue;
+    printf("  %-22s %-8s default '%s' -> %s%s\n", info.name, info.type,
+           info.default_value, info.effective,
+           info.env_value ? " (from environment)" : "");
+    printf("      %s\n", info.doc);
+    if (info.parse_status != GANG_OK) {
+      printf("      error: %s\n", gang_last_error());
+      bad = 1;
+    }
+  }
+  return bad;
+}
