@@ -34,11 +34,15 @@ gang_status gang__error_wrap(gang_status st, const char *fmt, ...)
       goto label;                                                              \
   } while (0)
 
-/* Validation at the API boundary: names the argument. */
+/* Records GANG_INVALID_ARGUMENT with the detail "<fn>: <fmt...>". */
+gang_status gang__arg_error(const char *fn, const char *fmt, ...)
+    GANG_PRINTF(2, 3);
+
+/* Validation at the API boundary: names the function and the argument. */
 #define GANG_ARG_CHECK(cond, fn, ...)                                          \
   do {                                                                         \
     if (!(cond))                                                               \
-      return gang__error(GANG_INVALID_ARGUMENT, fn ": " __VA_ARGS__);          \
+      return gang__arg_error((fn), __VA_ARGS__);                               \
   } while (0)
 
 #endif

@@ -82,6 +82,15 @@ gang_status gang__error_errno(gang_status st, int err, const char *fmt, ...) {
   return st;
 }
 
+gang_status gang__arg_error(const char *fn, const char *fmt, ...) {
+  char what[GANG__DETAIL_CAP - 64];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  return gang__error(GANG_INVALID_ARGUMENT, "%s: %s", fn, what);
+}
+
 gang_status gang__error_wrap(gang_status st, const char *fmt, ...) {
   char ctx[256];
   va_list ap;
