@@ -163,7 +163,15 @@ void gang__reduce3(void *dst, const void *a, const void *b, size_t count,
   int col = op_column(op);
   if (count == 0 || col < 0 || (unsigned)dt >= (unsigned)GANG_DTYPE_COUNT)
     return;
-  table()->fn[dt][col](dst, a, b, count);
+  const gang__reduce_table *t = table();
+  /* Large out-of-place results are streamed past the cache (reduce_impl.h
+   * says why); in place, the destination lines are read anyway. */
+  if (dst != a && dst != b && t->nt[dt][col] != NULL &&
+      count >= GANG__REDUCE_NT_BYTES / gang_dtype_size(dt)) {
+    t->nt[dt][col](dst, a, b, count);
+    return;
+  }
+  t->fn[dt][col](dst, a, b, count);
 }
 
 void gang__reduce(void *dst, const void *src, size_t count, gang_dtype dt,

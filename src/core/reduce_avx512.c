@@ -14,6 +14,9 @@
 #define ST_PD(p, v) _mm512_storeu_pd((void *)(p), (v))
 #define LD_SI(p) _mm512_loadu_si512((const void *)(p))
 #define ST_SI(p, v) _mm512_storeu_si512((void *)(p), (v))
+#define NT_PS(p, v) _mm512_stream_ps((void *)(p), (v))
+#define NT_PD(p, v) _mm512_stream_pd((void *)(p), (v))
+#define NT_SI(p, v) _mm512_stream_si512((void *)(p), (v))
 #define LD256(p) _mm256_loadu_si256((const __m256i *)(const void *)(p))
 #define ST256(p, v) _mm256_storeu_si256((__m256i *)(void *)(p), (v))
 
@@ -77,13 +80,19 @@ static inline __m512i bool_and(__m512i a, __m512i b) {
 }
 
 /* ---- kernels ---- */
-#define FK(T, ES, W, VT, LD, ST)                                               \
+#define FK(T, ES, W, VT, LD, ST, NT)                                           \
   GANG__VKERNEL(k_##T##_sum, ES, W, VT, LD, ST, _mm512_add_##T)                \
   GANG__VKERNEL(k_##T##_prod, ES, W, VT, LD, ST, _mm512_mul_##T)               \
   GANG__VKERNEL(k_##T##_min, ES, W, VT, LD, ST, min_##T)                       \
-  GANG__VKERNEL(k_##T##_max, ES, W, VT, LD, ST, max_##T)
-FK(ps, 4, 16, __m512, LD_PS, ST_PS)
-FK(pd, 8, 8, __m512d, LD_PD, ST_PD)
+  GANG__VKERNEL(k_##T##_max, ES, W, VT, LD, ST, max_##T)                       \
+  GANG__VKERNEL_NT(k_##T##_sum_nt, k_##T##_sum, ES, W, VT, LD, NT,             \
+                   _mm512_add_##T)                                             \
+  GANG__VKERNEL_NT(k_##T##_prod_nt, k_##T##_prod, ES, W, VT, LD, NT,           \
+                   _mm512_mul_##T)                                             \
+  GANG__VKERNEL_NT(k_##T##_min_nt, k_##T##_min, ES, W, VT, LD, NT, min_##T)    \
+  GANG__VKERNEL_NT(k_##T##_max_nt, k_##T##_max, ES, W, VT, LD, NT, max_##T)
+FK(ps, 4, 16, __m512, LD_PS, ST_PS, NT_PS)
+FK(pd, 8, 8, __m512d, LD_PD, ST_PD, NT_PD)
 GANG__VKERNEL(k_f16_sum, 2, 16, __m512, LD_F16, ST_F16, _mm512_add_ps)
 GANG__VKERNEL(k_f16_prod, 2, 16, __m512, LD_F16, ST_F16, _mm512_mul_ps)
 GANG__VKERNEL(k_f16_min, 2, 16, __m512, LD_F16, ST_F16, min_ps)
@@ -94,7 +103,8 @@ GANG__VKERNEL(k_bf16_min, 2, 16, __m512, LD_BF16, ST_BF16, min_ps)
 GANG__VKERNEL(k_bf16_max, 2, 16, __m512, LD_BF16, ST_BF16, max_ps)
 
 #define IK(NAME, ES, OP)                                                       \
-  GANG__VKERNEL(NAME, ES, 64 / (ES), __m512i, LD_SI, ST_SI, OP)
+  GANG__VKERNEL(NAME, ES, 64 / (ES), __m512i, LD_SI, ST_SI, OP)                \
+  GANG__VKERNEL_NT(NAME##_nt, NAME, ES, 64 / (ES), __m512i, LD_SI, NT_SI, OP)
 IK(k_8_sum, 1, _mm512_add_epi8)
 IK(k_8_prod, 1, mul_epi8)
 IK(k_i8_min, 1, _mm512_min_epi8)
@@ -143,6 +153,27 @@ const gang__reduce_table gang__reduce_table_avx512 = {
             [GANG_UINT32] = {k_32_sum, k_32_prod, k_u32_min, k_u32_max},
             [GANG_UINT64] = {k_64_sum, k_64_prod, k_u64_min, k_u64_max},
             [GANG_BOOL] = {k_bool_or, k_bool_and, k_bool_and, k_bool_or},
+        },
+    .nt =
+        {
+            [GANG_FLOAT32] = {k_ps_sum_nt, k_ps_prod_nt, k_ps_min_nt,
+                              k_ps_max_nt},
+            [GANG_FLOAT64] = {k_pd_sum_nt, k_pd_prod_nt, k_pd_min_nt,
+                              k_pd_max_nt},
+            [GANG_INT8] = {k_8_sum_nt, k_8_prod_nt, k_i8_min_nt, k_i8_max_nt},
+            [GANG_UINT8] = {k_8_sum_nt, k_8_prod_nt, k_u8_min_nt, k_u8_max_nt},
+            [GANG_INT16] = {k_16_sum_nt, k_16_prod_nt, k_i16_min_nt,
+                            k_i16_max_nt},
+            [GANG_INT32] = {k_32_sum_nt, k_32_prod_nt, k_i32_min_nt,
+                            k_i32_max_nt},
+            [GANG_INT64] = {k_64_sum_nt, k_64_prod_nt, k_i64_min_nt,
+                            k_i64_max_nt},
+            [GANG_UINT32] = {k_32_sum_nt, k_32_prod_nt, k_u32_min_nt,
+                             k_u32_max_nt},
+            [GANG_UINT64] = {k_64_sum_nt, k_64_prod_nt, k_u64_min_nt,
+                             k_u64_max_nt},
+            [GANG_BOOL] = {k_bool_or_nt, k_bool_and_nt, k_bool_and_nt,
+                           k_bool_or_nt},
         },
     .mean =
         {

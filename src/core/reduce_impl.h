@@ -31,6 +31,9 @@ enum {
 typedef struct gang__reduce_table {
   const char *name;
   gang__reduce_fn fn[GANG_DTYPE_COUNT][GANG__ROP_N];
+  /* Streaming-store variants for large out-of-place calls (see
+   * GANG__REDUCE_NT_BYTES); NULL where a set has none. */
+  gang__reduce_fn nt[GANG_DTYPE_COUNT][GANG__ROP_N];
   /* Only the four floating dtypes; integers are finished in reduce.c. */
   gang__mean_fn mean[GANG_DTYPE_COUNT];
 } gang__reduce_table;
@@ -149,6 +152,46 @@ static inline uint16_t gang__f32_to_bf16_inl(float f) {
       ST(ta, OP(a0, b0));                                                      \
       memcpy(d + i * (ES), ta, r);                                             \
     }                                                                          \
+  }
+
+/* Out-of-place calls whose destination is at least this large use
+ * non-temporal stores: the result cannot stay in cache anyway, and streaming
+ * it skips the read-for-ownership of every destination line (a third less
+ * memory traffic: 3 streams instead of 4). */
+#define GANG__REDUCE_NT_BYTES ((size_t)16 << 20)
+
+/* GANG__VKERNEL_NT defines NAME like GANG__VKERNEL but with the body stored
+ * by STNT (a non-temporal store needing 64-byte alignment); BASE (the
+ * GANG__VKERNEL of the same operation) does the unaligned head and the tail.
+ * dst must not be a or b. A dst that is not even element-aligned cannot
+ * reach a 64-byte boundary in whole elements and goes to BASE entirely. */
+#define GANG__VKERNEL_NT(NAME, BASE, ES, W, VT, LD, STNT, OP)                  \
+  static void NAME(void *dst, const void *a, const void *b, size_t n) {        \
+    unsigned char *d = dst;                                                    \
+    const unsigned char *x = a, *y = b;                                        \
+    const size_t v = (size_t)(W) * (ES);                                       \
+    uintptr_t mis = (uintptr_t)d % 64;                                         \
+    if (mis % (ES) != 0) {                                                     \
+      BASE(dst, a, b, n);                                                      \
+      return;                                                                  \
+    }                                                                          \
+    size_t i = mis ? (64 - mis) / (ES) : 0;                                    \
+    if (i > n)                                                                 \
+      i = n;                                                                   \
+    BASE(d, x, y, i);                                                          \
+    for (; i + 4 * (size_t)(W) <= n; i += 4 * (size_t)(W)) {                   \
+      const size_t o = i * (ES);                                               \
+      VT a0 = LD(x + o), a1 = LD(x + o + v);                                   \
+      VT a2 = LD(x + o + 2 * v), a3 = LD(x + o + 3 * v);                       \
+      VT b0 = LD(y + o), b1 = LD(y + o + v);                                   \
+      VT b2 = LD(y + o + 2 * v), b3 = LD(y + o + 3 * v);                       \
+      STNT(d + o, OP(a0, b0));                                                 \
+      STNT(d + o + v, OP(a1, b1));                                             \
+      STNT(d + o + 2 * v, OP(a2, b2));                                         \
+      STNT(d + o + 3 * v, OP(a3, b3));                                         \
+    }                                                                          \
+    BASE(d + i * (ES), x + i * (ES), y + i * (ES), n - i);                     \
+    _mm_sfence(); /* order the streamed stores before later ones */            \
   }
 
 /* GANG__VMEAN defines `static void NAME(buf, n, div)`: buf[i] /= div, with

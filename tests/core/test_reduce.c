@@ -355,14 +355,14 @@ static unsigned char *region_at(region *r, size_t bytes, size_t off) {
 
 static void check_guards(const region *r, const unsigned char *p, size_t bytes,
                          const char *what) {
-  for (size_t i = 0; i < r->size; i++) {
-    const unsigned char *q = r->base + i;
-    if (q >= p && q < p + bytes)
-      continue;
+  const unsigned char *end = r->base + r->size;
+  for (const unsigned char *q = r->base; q < p; q++)
     if (*q != GUARD_BYTE)
-      fail_msg("%s: byte %td outside the range was written", what,
-               q < p ? -(p - q) : q - (p + bytes));
-  }
+      fail_msg("%s: byte %td before the range was written", what, p - q);
+  for (const unsigned char *q = p + bytes; q < end; q++)
+    if (*q != GUARD_BYTE)
+      fail_msg("%s: byte %td after the range was written", what,
+               q - (p + bytes));
 }
 
 enum mode { M_INPLACE, M_OUT, M_ALIAS_B, M_COUNT };
@@ -478,6 +478,48 @@ static void matrix_for(const char *isa) {
 static void test_matrix(void **state) {
   (void)state;
   for_each_isa(matrix_for);
+}
+
+/* Out-of-place calls with a destination of 16 MiB or more take the
+ * streaming-store kernels (GANG__REDUCE_NT_BYTES): check them too, with a
+ * destination aligned, one element off, and (for wide types) one byte off,
+ * which must fall back to ordinary stores. */
+static void test_large_streaming(void **state) {
+  (void)state;
+  const size_t big = ((size_t)16 << 20) + 1000;
+  const gang_dtype dts[] = {GANG_FLOAT32, GANG_INT64};
+  const gang_reduce_op dops[] = {GANG_SUM, GANG_MAX};
+  for (size_t k = 0; k < sizeof dts / sizeof dts[0]; k++) {
+    gang_dtype dt = dts[k];
+    size_t es = gang_dtype_size(dt), n = big / es + 37, bytes = n * es;
+    unsigned char *a0 = malloc(bytes), *b0 = malloc(bytes),
+                  *want = malloc(bytes);
+    assert_true(a0 && b0 && want);
+    fill_inputs(dt, a0, b0, n);
+    for (size_t i = 0; i < n; i++)
+      ref_elem(dt, dops[k], a0 + i * es, b0 + i * es, want + i * es);
+    for (size_t s = 0; s < N_ISAS; s++) {
+      if (gang__reduce_set_isa(isas[s]) != GANG_OK)
+        continue;
+      const size_t offs[] = {0, es, 1};
+      for (size_t f = 0; f < 3; f++) {
+        region rd;
+        unsigned char *d = region_at(&rd, bytes, offs[f]);
+        gang__reduce3(d, a0, b0, n, dt, dops[k]);
+        for (size_t i = 0; i < n; i++)
+          if (memcmp(d + i * es, want + i * es, es) != 0)
+            fail_msg("%s %s %s n=%zu offset=%zu: mismatch at [%zu]", isas[s],
+                     gang_dtype_name(dt), gang_reduce_op_name(dops[k]), n,
+                     offs[f], i);
+        check_guards(&rd, d, bytes, "dst");
+        free(rd.base);
+      }
+    }
+    free(a0);
+    free(b0);
+    free(want);
+  }
+  assert_gang_ok(gang__reduce_set_isa("auto"));
 }
 
 /* ---- conversions ---- */
@@ -986,10 +1028,15 @@ int main(int argc, char **argv) {
     return 0;
   }
   const struct CMUnitTest tests[] = {
-      GT_TEST(test_conversions),  GT_TEST(test_matrix),
-      GT_TEST(test_nan_inf_zero), GT_TEST(test_half_rounding),
-      GT_TEST(test_integers),     GT_TEST(test_mean),
-      GT_TEST(test_check),        GT_TEST(test_isa_selection),
+      GT_TEST(test_conversions),
+      GT_TEST(test_matrix),
+      GT_TEST(test_large_streaming),
+      GT_TEST(test_nan_inf_zero),
+      GT_TEST(test_half_rounding),
+      GT_TEST(test_integers),
+      GT_TEST(test_mean),
+      GT_TEST(test_check),
+      GT_TEST(test_isa_selection),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
