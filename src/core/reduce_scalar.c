@@ -8,7 +8,6 @@
  * so SUM and PRODUCT wrap modulo 2^bits without undefined behaviour. Loops
  * work on blocks of 8 elements held in locals so the compiler can vectorise
  * them with the baseline ISA (SSE2 on x86-64) despite possible aliasing. */
-#include <stdbool.h>
 
 #include "reduce_impl.h"
 
