@@ -80,8 +80,8 @@ gang_status gang_store_connect(const char *addr, const gang_store_options *opts,
   if (strncmp(addr, "tcp://", 6) == 0)
     addr += 6;
   char host[256];
-  int port;
-  const char *prefix;
+  int port = 0;
+  const char *prefix = NULL;
   GANG_CHECK(parse_addr(addr, host, sizeof host, &port, &prefix));
   gang_store *st;
   GANG_CHECK(gang__store_tcp_connect(host, port, opts, &st));

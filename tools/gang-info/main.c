@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/reduce.h"
 #include "gang/config.h"
 #include "gang/version.h"
 
@@ -29,6 +30,7 @@ int main(int argc, char **argv) {
   printf("build: %s%s%s, C11, %s\n", GANG_BUILD_TYPE,
          GANG_BUILD_SANITIZE[0] ? ", sanitize=" : "", GANG_BUILD_SANITIZE,
          __VERSION__);
+  printf("reduce kernels: %s\n", gang__reduce_isa());
   printf("\nsettings (environment variable, type, default -> in force):\n");
   int bad = 0;
   for (int i = 0; i < gang_setting_count(); i++) {
