@@ -477,8 +477,15 @@ gang_status gang_split(gang_t *g, int color, int key, gang_t **out) {
     free(ranks);
     return gang__error(GANG_NO_MEMORY, "%s: out of memory", fn);
   }
-  split_entry mine = {color, key, g->rank};
-  gang_status st = gang_all_gather(g, all, &mine, 3, GANG_INT32);
+  /* Gather (color, key); a slot's position is its rank. (On a fake gang
+   * every slot holds this rank's pair, which is the fake model.) */
+  int32_t mine[2] = {color, key};
+  int32_t *pairs = calloc((size_t)n, sizeof mine);
+  gang_status st = pairs ? gang_all_gather(g, pairs, mine, 2, GANG_INT32)
+                         : gang__error(GANG_NO_MEMORY, "%s: out of memory", fn);
+  for (int i = 0; st == GANG_OK && i < n; i++)
+    all[i] = (split_entry){pairs[2 * i], pairs[2 * i + 1], i};
+  free(pairs);
   gang_t *result = NULL;
   while (st == GANG_OK) {
     /* The smallest colour not yet handled. */

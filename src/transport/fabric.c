@@ -56,7 +56,7 @@ typedef struct umsg {
 typedef struct conn {
   int fd;
   int peer;
-  char name[64];
+  char name[300];
   bool dead;
   /* sending: FIFO of registered sends; the head's header is in shdr */
   gang__xfer *sq_head, *sq_tail;
@@ -203,7 +203,7 @@ static void push_sends(gang__fabric *f, conn *c) {
     if (w < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
         return;
-      char why[256];
+      char why[1024];
       int e = errno;
       snprintf(why, sizeof why, "sending to %s: %s", c->name, strerror(e));
       fail_locked(
@@ -230,7 +230,7 @@ static bool matches(const gang__xfer *x, uint64_t ctx, uint64_t seq,
 
 static void mismatch(gang__fabric *f, conn *c, const gang__xfer *x,
                      uint64_t len) {
-  char why[512];
+  char why[1024];
   snprintf(why, sizeof why,
            "%s sent %llu bytes for (ctx %llx, seq %llu, tag %u) but this "
            "rank expected %zu: the ranks disagree on the collective",
@@ -246,7 +246,7 @@ static void on_header(gang__fabric *f, conn *c) {
   uint64_t ctx = gang__get_u64(c->rhdr + 8);
   uint64_t seq = gang__get_u64(c->rhdr + 16);
   uint64_t len = gang__get_u64(c->rhdr + 24);
-  char why[512];
+  char why[1024];
   c->rkind = kind;
   c->rtag = tag;
   c->rgot = 0;
@@ -364,7 +364,7 @@ static void on_payload_done(gang__fabric *f, conn *c) {
 }
 
 static void peer_closed(gang__fabric *f, conn *c, int err) {
-  char why[256];
+  char why[1024];
   if (err == 0)
     snprintf(why, sizeof why, "%s closed the connection", c->name);
   else
