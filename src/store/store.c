@@ -1,6 +1,7 @@
 /* The public store API: argument checks, address parsing, prefix views and
  * per-handle locking, in front of the backends (tcp_client.c, file_store.c)
  * described in store_impl.h. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
