@@ -66,6 +66,7 @@ bool gang__kv_charge(gang__kv *kv, int64_t delta, bool force);
 
 /* Bytes currently charged, and the number of present keys. */
 size_t gang__kv_used(const gang__kv *kv);
+size_t gang__kv_max(const gang__kv *kv);
 int64_t gang__kv_num_keys(const gang__kv *kv);
 
 #endif

@@ -70,6 +70,8 @@ struct conn {
   gang__store_buf in, out;
   size_t out_off;
   size_t charged; /* in.cap + out.cap, as charged to the kv */
+  size_t discard; /* bytes of a refused frame still to skip */
+  size_t discard_total;
   gang__kv_park park;
   char peer[64];
 };
@@ -404,16 +406,22 @@ static int request_read(gang_store_server *s, conn *c) {
     if (cap < 4096)
       cap = 4096;
     if (!gang__kv_charge(s->kv, (int64_t)(cap - c->in.cap), false)) {
-      char why[160];
-      snprintf(why, sizeof why,
-               "the server's memory cap of %zu bytes is reached receiving a "
-               "frame of %zu bytes",
-               gang__kv_used(s->kv), need);
-      GANG_WARN(STORE, "store server: %s: %s: closed", c->peer, why);
-      c->out.len = c->out_off = 0;
-      gang__store_rep_error(&c->out, GANG_STORE_RC_NO_MEMORY, "%s", why);
-      recharge(s, c);
-      conn_fail(s, c);
+      if (need > GANG_STORE_FRAME_HDR) {
+        /* The frame does not fit under the memory cap: skip the rest of
+         * it without storing it, then answer NO_MEMORY. The connection
+         * stays usable and nothing was allocated for the frame. */
+        c->discard = need - c->in.len;
+        c->discard_total = need;
+        c->in.len = 0;
+        gang__store_buf_free(&c->in);
+        recharge(s, c);
+        return 1;
+      }
+      GANG_WARN(STORE,
+                "store server: %s: the memory cap of %zu bytes is reached "
+                "(%zu in use): closed",
+                c->peer, gang__kv_max(s->kv), gang__kv_used(s->kv));
+      conn_close(s, c);
       return -1;
     }
     uint8_t *p = realloc(c->in.p, cap);
@@ -445,6 +453,36 @@ static int request_read(gang_store_server *s, conn *c) {
     return -1;
   }
   c->in.len += (size_t)r;
+  return 1;
+}
+
+/* Skips the rest of a frame refused for memory. Returns 1 when done (the
+ * NO_MEMORY reply is queued) or progress was made, 0 on EAGAIN, -1 closed. */
+static int discard_read(gang_store_server *s, conn *c) {
+  uint8_t scratch[16384];
+  size_t want = c->discard < sizeof scratch ? c->discard : sizeof scratch;
+  ssize_t r = recv(c->fd, scratch, want, 0);
+  if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+    return 0;
+  if (r <= 0) {
+    conn_close(s, c);
+    return -1;
+  }
+  c->discard -= (size_t)r;
+  if (c->discard == 0) {
+    GANG_INFO(STORE,
+              "store server: %s: request of %zu bytes refused: memory cap "
+              "of %zu bytes reached (%zu in use)",
+              c->peer, c->discard_total, gang__kv_max(s->kv),
+              gang__kv_used(s->kv));
+    gang__store_rep_error(&c->out, GANG_STORE_RC_NO_MEMORY,
+                          "store: a request of %zu bytes does not fit under "
+                          "the server's memory cap of %zu bytes (%zu in use)",
+                          c->discard_total, gang__kv_max(s->kv),
+                          gang__kv_used(s->kv));
+    recharge(s, c);
+    c->started = c->expired = false;
+  }
   return 1;
 }
 
@@ -483,6 +521,11 @@ static void conn_run(gang_store_server *s, conn *c) {
     }
     if (c->parked)
       return;
+    if (c->discard > 0) {
+      if (discard_read(s, c) <= 0)
+        return;
+      continue;
+    }
     if (c->state != C_READY) {
       if (handshake_read(s, c) <= 0)
         return;
