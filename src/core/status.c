@@ -1,6 +1,7 @@
 /* Status names and messages (from the X-macro in gang/status.h), the
  * per-thread error detail, and the version functions. */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -59,10 +60,13 @@ static gang_status record(gang_status st, int err, const char *fmt,
     const char *es = strerror_r(err, ebuf, sizeof ebuf);
     snprintf(buf + n, sizeof buf - (size_t)n, ": %s (errno %d)", es, err);
   }
+  /* Passing an error up unchanged is not a new failure: log it once. */
+  bool again = st == tls_status && strcmp(buf, tls_detail) == 0;
   memcpy(tls_detail, buf, sizeof buf);
   tls_status = st;
-  GANG_LOG(GANG_LOG_INFO, GANG_SUB_ALL, "error %s: %s", gang_status_name(st),
-           tls_detail);
+  if (!again)
+    GANG_LOG(GANG_LOG_INFO, GANG_SUB_ALL, "error %s: %s", gang_status_name(st),
+             tls_detail);
   return st;
 }
 
