@@ -2,7 +2,8 @@
  * messages to receives, and the progress engine described in fabric.h.
  *
  * Frame: a 32-byte little-endian header then the payload.
- *   u32 kind   FRAME_DATA or FRAME_ABORT
+ *   u32 kind   FRAME_DATA, FRAME_ABORT, or FRAME_BYE (the peer destroyed
+ *              its gang normally: its end-of-stream is not a failure)
  *   u32 tag    (ABORT: the sender's failure status)
  *   u64 ctx
  *   u64 seq
@@ -37,6 +38,7 @@
 #define HDR 32
 #define FRAME_DATA 0x474e4701u
 #define FRAME_ABORT 0x474e4702u
+#define FRAME_BYE 0x474e4703u
 #define HELLO_MAGIC 0x31504354474e4147ull /* "GANGTCP1" */
 #define HELLO_VERSION 1u
 #define HELLO_LEN 40
@@ -58,6 +60,7 @@ typedef struct conn {
   int peer;
   char name[300];
   bool dead;
+  bool bye; /* the peer said goodbye: its EOF is expected */
   /* sending: FIFO of registered sends; the head's header is in shdr */
   gang__xfer *sq_head, *sq_tail;
   uint8_t shdr[HDR];
@@ -251,6 +254,12 @@ static void on_header(gang__fabric *f, conn *c) {
   c->rtag = tag;
   c->rgot = 0;
   c->in_payload = true;
+  if (kind == FRAME_BYE && len == 0) {
+    c->bye = true;
+    c->in_payload = false;
+    c->rhdr_got = 0;
+    return;
+  }
   if (kind == FRAME_ABORT) {
     if (len > MAX_ABORT_TEXT)
       len = 0; /* a hostile length: ignore the text, still fail */
@@ -363,8 +372,26 @@ static void on_payload_done(gang__fabric *f, conn *c) {
   }
 }
 
+/* Fails what this rank still expects from or owes to a peer that left. */
+static bool owes(const conn *c) {
+  return c->sq_head != NULL || c->posted_head != NULL || c->rx != NULL ||
+         c->in_payload;
+}
+
 static void peer_closed(gang__fabric *f, conn *c, int err) {
   char why[1024];
+  if (c->bye) {
+    /* An orderly departure. Only a transfer that needs this peer fails. */
+    c->dead = true;
+    if (owes(c)) {
+      snprintf(why, sizeof why,
+               "%s left (destroyed its gang) while a transfer with it was "
+               "pending",
+               c->name);
+      fail_locked(f, GANG_PEER_LOST, why);
+    }
+    return;
+  }
   if (err == 0)
     snprintf(why, sizeof why, "%s closed the connection", c->name);
   else
@@ -430,6 +457,13 @@ static void register_xfer(gang__fabric *f, gang__xfer *x) {
   x->next = NULL;
   x->off = 0;
   x->done = false;
+  if (c->dead && c->bye) {
+    char why[1024];
+    snprintf(why, sizeof why, "%s left (destroyed its gang) before this "
+             "transfer", c->name);
+    fail_locked(f, GANG_PEER_LOST, why);
+    return;
+  }
   if (x->send) {
     if (c->sq_tail)
       c->sq_tail->next = x;
@@ -527,6 +561,9 @@ static gang_status failure_locked(gang__fabric *f, const char *what) {
   char d[1024];
   snprintf(d, sizeof d, "%s", f->fail_detail);
   pthread_mutex_unlock(&f->mu);
+  /* The reason may already say which operation failed. */
+  if (strncmp(d, what, strlen(what)) == 0)
+    return gang__error(st, "%s", d);
   return gang__error(st, "%s: %s", what, d);
 }
 
@@ -887,6 +924,15 @@ void gang__fabric_destroy(gang__fabric *f) {
   for (int p = 0; f->conns && p < f->size; p++) {
     conn *c = &f->conns[p];
     if (c->fd >= 0) {
+      if (!c->dead && f->failed == GANG_OK &&
+          (c->sq_head == NULL || c->sq_head->off == 0)) {
+        /* Say goodbye so the peer does not take our end-of-stream for a
+         * crash; 32 bytes fit in any socket buffer that is not full, and a
+         * full one means the peer is stuck anyway. */
+        uint8_t h[HDR];
+        encode_header(h, FRAME_BYE, 0, 0, 0, 0);
+        (void)!send(c->fd, h, HDR, MSG_NOSIGNAL | MSG_DONTWAIT);
+      }
       shutdown(c->fd, SHUT_WR);
       close(c->fd);
     }

@@ -125,15 +125,20 @@ static void hang(gang_t *g, int ready_fd) {
     pause();
 }
 
+typedef struct stop_state {
+  atomic_int done;  /* survivors finished */
+  atomic_int named; /* survivors whose error names a rank waited for */
+} stop_state;
+
 static int stop_rank(int rank, int size, void *arg) {
   (void)arg;
   if (rank == size - 1) {
     pid_t v = spawn_victim(rank, size, hang, 60000);
     kill(v, SIGSTOP);
     /* Keep it stopped (not dead) until every survivor has its answer. */
-    atomic_int *done = arg;
+    stop_state *ss = arg;
     double t0 = now_s();
-    while (atomic_load(done) < size - 1 && now_s() - t0 < 30) {
+    while (atomic_load(&ss->done) < size - 1 && now_s() - t0 < 30) {
       struct timespec ts = {0, 5 * 1000 * 1000};
       nanosleep(&ts, NULL);
     }
@@ -153,12 +158,16 @@ static int stop_rank(int rank, int size, void *arg) {
   RCHECK(st == GANG_TIMEOUT);
   RCHECK(took >= 1.45 && took < 3.0);
   RCHECK(strstr(gang_last_error(), "deadline") != NULL);
-  /* In recursive doubling over 4 ranks, ranks 1 and 2 wait on rank 3
-   * directly: they name it. */
-  if (rank == 1 || rank == 2)
-    RCHECK(strstr(gang_last_error(), "rank 3") != NULL);
+  /* Every survivor names the operation and its sequence number, and what
+   * its first-failing rank was still waiting for. (Which rank is the root
+   * cause needs a cross-rank diagnosis the gang does not make yet: the
+   * first deadline to fire tells the others.) */
+  stop_state *ss = arg;
+  RCHECK(strstr(gang_last_error(), "all_reduce #1") != NULL);
+  if (strstr(gang_last_error(), "still waiting for: receive from rank") != NULL)
+    atomic_fetch_add(&ss->named, 1);
   gang_destroy(g);
-  atomic_fetch_add((atomic_int *)arg, 1);
+  atomic_fetch_add(&ss->done, 1);
   return 0;
 }
 
@@ -166,13 +175,16 @@ static void test_stopped_peer_times_out(void **state) {
   (void)state;
   g_round++;
   /* Survivors count themselves done in shared memory. */
-  atomic_int *done = mmap(NULL, sizeof *done, PROT_READ | PROT_WRITE,
-                          MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  assert_true(done != MAP_FAILED);
-  atomic_init(done, 0);
-  int rc = gt_run_ranks(4, stop_rank, done, 60000);
-  munmap(done, sizeof *done);
+  stop_state *ss = mmap(NULL, sizeof *ss, PROT_READ | PROT_WRITE,
+                        MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  assert_true(ss != MAP_FAILED);
+  atomic_init(&ss->done, 0);
+  atomic_init(&ss->named, 0);
+  int rc = gt_run_ranks(4, stop_rank, ss, 60000);
+  int named = atomic_load(&ss->named);
+  munmap(ss, sizeof *ss);
   assert_int_equal(rc, 0);
+  assert_int_equal(named, 3);
 }
 
 /* ---- abort from another thread ------------------------------------------- */
