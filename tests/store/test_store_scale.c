@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "harness/harness.h"
+#include "raw.h"
 
 #include "core/clock.h"
 #include "gang/store.h"
@@ -207,5 +208,6 @@ int main(void) {
       GT_TEST(test_64_process_rendezvous),
       GT_TEST(test_1024_connections),
   };
+  store_test_prime_threads();
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
