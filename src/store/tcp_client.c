@@ -1,0 +1,676 @@
+/* The TCP store client: the gang__store_ops backend behind
+ * gang_store_connect("host:port"). One connection per handle, strict
+ * request/reply (store.c serialises calls on a handle).
+ *
+ * Deadlines: waiting operations carry their remaining time to the server,
+ * which answers TIMEOUT at the deadline, so a timed-out get or wait leaves
+ * the connection usable. The client itself waits that long plus a grace
+ * period (network latency) before giving up on a silent server.
+ *
+ * Broken connections: once the connection has failed (server closed it, a
+ * reply was malformed, the server stayed silent past the grace period), the
+ * handle is broken for good: every later call fails at once with the same
+ * status and a detail naming the first failure. No silent reconnect: a
+ * request may or may not have been applied, and only the caller can know
+ * whether repeating it is safe. Open a new handle to continue. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "auth.h"
+#include "core/bytes.h"
+#include "core/clock.h"
+#include "core/config.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/sock.h"
+#include "proto.h"
+#include "store_impl.h"
+
+/* How long past a request's deadline the client waits for the server's
+ * TIMEOUT reply before declaring the connection dead. */
+#define REPLY_GRACE_MS 1000
+
+typedef struct tcp_client {
+  int fd;
+  char peer[GANG_SOCK_PEER_CAP];
+  gang__store_caps caps; /* the server's, from its hello */
+  gang__store_buf out;   /* request being sent */
+  gang__store_buf in;    /* reply being received */
+  gang_status broken;    /* GANG_OK while usable */
+  char broken_msg[512];
+} tcp_client;
+
+static tcp_client *impl_of(gang_store *st) { return st->impl; }
+
+/* ---- Connection and handshake ------------------------------------------ */
+
+static gang_status handshake(tcp_client *c, const char *secret,
+                             int64_t deadline) {
+  gang__store_client_hello ch;
+  memset(&ch, 0, sizeof ch);
+  ch.magic = GANG_STORE_MAGIC;
+  ch.version = GANG_STORE_VERSION;
+  ch.kind = GANG_STORE_KIND_CLIENT;
+  ch.flags = secret ? GANG_STORE_HELLO_AUTH : 0;
+  GANG_CHECK(gang__auth_random(ch.nonce, sizeof ch.nonce));
+  uint8_t buf[GANG_STORE_SERVER_HELLO_BYTES];
+  gang__store_client_hello_encode(&ch, buf);
+  GANG_CHECK(gang__sock_write_full(c->fd, buf, GANG_STORE_CLIENT_HELLO_BYTES,
+                                   deadline, -1, c->peer));
+  GANG_CHECK(gang__sock_read_full(c->fd, buf, GANG_STORE_SERVER_HELLO_BYTES,
+                                  deadline, -1, c->peer));
+  gang__store_server_hello sh;
+  gang__store_server_hello_decode(buf, &sh);
+  if (sh.magic != GANG_STORE_MAGIC || sh.kind != GANG_STORE_KIND_SERVER)
+    return gang__error(GANG_PROTOCOL,
+                       "%s is not a gang store server (magic 0x%08x kind %u)",
+                       c->peer, sh.magic, sh.kind);
+  if (sh.version != GANG_STORE_VERSION ||
+      sh.status == GANG_STORE_HELLO_BAD_VERSION)
+    return gang__error(GANG_PROTOCOL,
+                       "store server %s speaks protocol version %u; this "
+                       "client speaks version %u",
+                       c->peer, sh.version, GANG_STORE_VERSION);
+  if (sh.status != GANG_STORE_HELLO_OK)
+    return gang__error(GANG_PROTOCOL,
+                       "store server %s refused the connection (status %u)",
+                       c->peer, sh.status);
+  if (sh.caps.max_key == 0 || sh.caps.max_value == 0 || sh.caps.max_keys == 0 ||
+      sh.caps.max_frame < GANG_STORE_FRAME_HDR)
+    return gang__error(GANG_PROTOCOL, "store server %s announced zero caps",
+                       c->peer);
+  c->caps = sh.caps;
+  bool server_auth = (sh.flags & GANG_STORE_HELLO_AUTH) != 0;
+  if (server_auth && secret == NULL)
+    return gang__error(GANG_AUTH,
+                       "store server %s requires authentication and this "
+                       "client has no secret (set GANG_STORE_SECRET or the "
+                       "secret option)",
+                       c->peer);
+  if (!server_auth && secret != NULL)
+    return gang__error(GANG_AUTH,
+                       "this client has a secret but store server %s does not "
+                       "authenticate (was it started without one?); refusing "
+                       "to talk to an unauthenticated server",
+                       c->peer);
+  if (!server_auth)
+    return GANG_OK;
+  if (!gang__auth_check(secret, GANG_AUTH_SERVER_PROOF, ch.nonce, sh.nonce,
+                        sh.proof))
+    return gang__error(GANG_AUTH,
+                       "store server %s could not prove it knows the secret "
+                       "(the two sides have different secrets)",
+                       c->peer);
+  uint8_t proof[GANG_STORE_MAC_BYTES];
+  GANG_CHECK(gang__auth_proof(secret, GANG_AUTH_CLIENT_PROOF, ch.nonce,
+                              sh.nonce, proof));
+  GANG_CHECK(
+      gang__sock_write_full(c->fd, proof, sizeof proof, deadline, -1, c->peer));
+  GANG_CHECK(gang__sock_read_full(c->fd, buf, GANG_STORE_AUTH_RESULT_BYTES,
+                                  deadline, -1, c->peer));
+  if (gang__get_u32(buf) != 0)
+    return gang__error(GANG_AUTH,
+                       "store server %s rejected this client's "
+                       "secret",
+                       c->peer);
+  return GANG_OK;
+}
+
+static void sleep_ms(int64_t ms) {
+  struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0)
+    ;
+}
+
+/* xorshift jitter: the connect backoff must differ between ranks that
+ * start together, it need not be unpredictable. */
+static uint64_t jitter_state(void) {
+  return (uint64_t)gang__now_ns() ^ ((uint64_t)getpid() << 32);
+}
+
+static void tcp_close(gang_store *st);
+static const gang__store_ops tcp_ops;
+
+gang_status gang__store_tcp_connect(const char *host, int port,
+                                    const gang_store_options *opts,
+                                    gang_store **out) {
+  int64_t timeout_ms = 0, connect_ms = 0;
+  const char *secret = NULL;
+  if (opts != NULL) {
+    if (opts->size >= offsetof(gang_store_options, timeout_ms) + 8)
+      timeout_ms = opts->timeout_ms;
+    if (opts->size >= offsetof(gang_store_options, connect_timeout_ms) + 8)
+      connect_ms = opts->connect_timeout_ms;
+    if (opts->size >=
+        offsetof(gang_store_options, secret) + sizeof(const char *))
+      secret = opts->secret;
+  }
+  if (timeout_ms == 0)
+    GANG_CHECK(gang__setting_int(GANG_SETTING_STORE_TIMEOUT, &timeout_ms));
+  if (connect_ms == 0)
+    connect_ms = timeout_ms;
+  if (secret == NULL)
+    secret = gang__setting_str(GANG_SETTING_STORE_SECRET);
+  if (*secret == '\0')
+    secret = NULL;
+
+  tcp_client *c = calloc(1, sizeof *c);
+  if (c == NULL)
+    return gang__error(GANG_NO_MEMORY, "store connect: no memory");
+  c->fd = -1;
+  gang__sock_peer_name(host, port, c->peer, sizeof c->peer);
+
+  int64_t start = gang__now_ns();
+  int64_t deadline = gang__deadline_in_ms(connect_ms);
+  int64_t backoff_ms = 10;
+  uint64_t rnd = jitter_state() | 1;
+  int attempts = 0;
+  gang_status st;
+  for (;;) {
+    attempts++;
+    int err = 0;
+    st = gang__sock_connect(host, port, deadline, &c->fd, &err);
+    if (st == GANG_OK) {
+      st = handshake(c, secret, deadline);
+      if (st == GANG_OK)
+        break;
+      close(c->fd);
+      c->fd = -1;
+      /* A server that is full or whose backlog overflowed closes or resets
+       * us: that is worth another attempt. Auth and protocol errors are
+       * not. */
+      if (st != GANG_PEER_LOST && st != GANG_TIMEOUT)
+        goto fail;
+    } else if (st == GANG_INVALID_ARGUMENT) {
+      goto fail; /* the name does not resolve */
+    }
+    if (gang__deadline_passed(deadline) || st == GANG_TIMEOUT) {
+      char last[GANG_SOCK_PEER_CAP + 256];
+      snprintf(last, sizeof last, "%s", gang_last_error());
+      st = gang__error(
+          GANG_TIMEOUT,
+          "cannot reach store at %s after %d attempts over %" PRId64 " ms: %s",
+          c->peer, attempts, (gang__now_ns() - start) / 1000000, last);
+      goto fail;
+    }
+    GANG_TRACE(STORE, "store connect %s attempt %d: %s", c->peer, attempts,
+               gang_last_error());
+    rnd ^= rnd << 13;
+    rnd ^= rnd >> 7;
+    rnd ^= rnd << 17;
+    /* Exponential backoff with +-50% jitter, capped at 1 s and at the
+     * deadline: spreads a storm of ranks over time. */
+    int64_t wait = backoff_ms / 2 + (int64_t)(rnd % (uint64_t)backoff_ms);
+    int left = gang__deadline_poll_ms(deadline);
+    if (left >= 0 && wait > left)
+      wait = left;
+    sleep_ms(wait);
+    if (backoff_ms < 1000)
+      backoff_ms *= 2;
+  }
+  GANG_INFO(STORE, "store client connected to %s after %d attempt(s)%s",
+            c->peer, attempts, secret ? " (authenticated)" : "");
+  gang_store_options o = GANG_STORE_OPTIONS_INIT;
+  o.timeout_ms = timeout_ms;
+  st = gang__store_new(&tcp_ops, c, &o, out);
+  if (st != GANG_OK)
+    goto fail;
+  return GANG_OK;
+fail:
+  if (c->fd >= 0)
+    close(c->fd);
+  free(c);
+  return st;
+}
+
+static void tcp_close(gang_store *st) {
+  tcp_client *c = impl_of(st);
+  if (c == NULL)
+    return;
+  if (c->fd >= 0)
+    close(c->fd);
+  gang__store_buf_free(&c->out);
+  gang__store_buf_free(&c->in);
+  free(c);
+  st->impl = NULL;
+}
+
+/* ---- Calls -------------------------------------------------------------- */
+
+/* Marks the connection broken with the current detail; returns st. */
+static gang_status break_conn(tcp_client *c, gang_status st) {
+  c->broken = st;
+  snprintf(c->broken_msg, sizeof c->broken_msg, "%s", gang_last_error());
+  if (c->fd >= 0) {
+    close(c->fd);
+    c->fd = -1;
+  }
+  GANG_INFO(STORE, "store client %s: connection broken: %s", c->peer,
+            c->broken_msg);
+  return st;
+}
+
+static int64_t remaining_ms(int64_t deadline) {
+  if (deadline == GANG_DEADLINE_NONE)
+    return -1;
+  int64_t left = deadline - gang__now_ns();
+  return left <= 0 ? 0 : (left + 999999) / 1000000;
+}
+
+/* Sends req and receives its reply into *rep (pointing into c->in).
+ * `deadline` is the request's own deadline (waiting ops) or the handle's;
+ * the client waits for the reply until deadline + grace. */
+static gang_status call(gang_store *st, gang__store_req *req, int64_t deadline,
+                        gang__store_rep *rep) {
+  tcp_client *c = impl_of(st);
+  const char *name = gang__store_op_name(req->op);
+  if (c->broken != GANG_OK)
+    return gang__error(c->broken,
+                       "store %s: the connection to %s failed earlier and "
+                       "cannot be used (open a new handle): %s",
+                       name, c->peer, c->broken_msg);
+  c->out.len = 0;
+  req->timeout_ms = remaining_ms(deadline);
+  GANG_CHECK(gang__store_req_encode(req, &c->caps, &c->out));
+  int64_t io_deadline = deadline == GANG_DEADLINE_NONE
+                            ? GANG_DEADLINE_NONE
+                            : deadline + REPLY_GRACE_MS * 1000000LL;
+  gang_status s = gang__sock_write_full(c->fd, c->out.p, c->out.len,
+                                        io_deadline, -1, c->peer);
+  uint8_t hdr[GANG_STORE_FRAME_HDR];
+  if (s == GANG_OK)
+    s = gang__sock_read_full(c->fd, hdr, sizeof hdr, io_deadline, -1, c->peer);
+  if (s != GANG_OK) {
+    if (s == GANG_PEER_LOST)
+      gang__error(s, "store %s: store server %s closed the connection", name,
+                  c->peer);
+    else if (s == GANG_TIMEOUT)
+      gang__error(s,
+                  "store %s: store server %s did not answer within the "
+                  "deadline + %d ms",
+                  name, c->peer, REPLY_GRACE_MS);
+    return break_conn(c, s);
+  }
+  uint32_t len = gang__get_u32(hdr);
+  uint8_t rc = hdr[4];
+  if (len < 1 || len > c->caps.max_frame)
+    return break_conn(c, gang__error(GANG_PROTOCOL,
+                                     "store %s: reply frame of %u bytes from "
+                                     "%s (cap %u)",
+                                     name, len, c->peer, c->caps.max_frame));
+  /* Grow with the bytes that arrive, not with the announced length. */
+  size_t body = len - 1;
+  c->in.len = 0;
+  while (c->in.len < body) {
+    size_t chunk = body - c->in.len;
+    if (chunk > (1u << 20) && c->in.cap - c->in.len < chunk)
+      chunk = c->in.cap - c->in.len > 0 ? c->in.cap - c->in.len : (1u << 20);
+    if (gang__store_buf_reserve(&c->in, chunk) != GANG_OK)
+      return break_conn(c, GANG_NO_MEMORY);
+    size_t got;
+    s = gang__sock_read_some(c->fd, c->in.p + c->in.len, chunk, io_deadline, -1,
+                             c->peer, &got);
+    if (s != GANG_OK) {
+      if (s == GANG_PEER_LOST)
+        gang__error(s, "store %s: store server %s closed the connection", name,
+                    c->peer);
+      return break_conn(c, s);
+    }
+    c->in.len += got;
+  }
+  s = gang__store_rep_decode(req->op, req->nkeys, rc, c->in.p, body, &c->caps,
+                             rep);
+  if (s != GANG_OK)
+    return break_conn(c, gang__error_wrap(s, "reply from %s", c->peer));
+  if (rc == GANG_STORE_RC_PROTOCOL) {
+    gang__error(GANG_PROTOCOL,
+                "store %s: store server %s refused the request: "
+                "%.*s",
+                name, c->peer, (int)rep->msg.len, (const char *)rep->msg.p);
+    return break_conn(c, GANG_PROTOCOL);
+  }
+  return GANG_OK;
+}
+
+/* Turns a non-OK, non-TIMEOUT reply into an error. */
+static gang_status rep_error(tcp_client *c, const gang__store_rep *rep) {
+  gang_status st =
+      rep->rc == GANG_STORE_RC_BAD_VALUE ? GANG_INVALID_USAGE : GANG_NO_MEMORY;
+  return gang__error(st, "store server %s: %.*s", c->peer, (int)rep->msg.len,
+                     (const char *)rep->msg.p);
+}
+
+/* TIMEOUT reply: names the missing keys (up to 8). */
+static gang_status timeout_error(const gang__store_req *req,
+                                 const gang__store_rep *rep, int64_t sent_ms) {
+  char keys[700];
+  size_t n = 0;
+  keys[0] = '\0';
+  for (uint32_t i = 0; i < rep->nmissing && i < 8; i++) {
+    const gang__store_bytes *k =
+        &req->keys[gang__get_u32(rep->missing + 4 * (size_t)i)];
+    int kl = k->len > 100 ? 100 : (int)k->len;
+    int w = snprintf(keys + n, sizeof keys - n, "%s'%.*s'", i ? ", " : "", kl,
+                     (const char *)k->p);
+    if (w < 0 || (size_t)w >= sizeof keys - n)
+      break;
+    n += (size_t)w;
+  }
+  if (rep->nmissing > 8 && n + 32 < sizeof keys)
+    snprintf(keys + n, sizeof keys - n, " and %u more", rep->nmissing - 8);
+  return gang__error(GANG_TIMEOUT,
+                     "store %s: deadline of %" PRId64
+                     " ms exceeded, still missing: %s",
+                     gang__store_op_name(req->op), sent_ms, keys);
+}
+
+static gang_status check_len(const char *op, const char *what, size_t len,
+                             uint32_t cap) {
+  if (len > cap)
+    return gang__error(GANG_INVALID_ARGUMENT,
+                       "store %s: %s of %zu bytes exceeds the server's cap of "
+                       "%u bytes",
+                       op, what, len, cap);
+  return GANG_OK;
+}
+
+static gang_status key_bytes(tcp_client *c, const char *op, const char *key,
+                             gang__store_bytes *out) {
+  size_t n = strlen(key);
+  GANG_CHECK(check_len(op, "key", n, c->caps.max_key));
+  out->p = (const uint8_t *)key;
+  out->len = (uint32_t)n;
+  return GANG_OK;
+}
+
+static gang_status val_bytes(tcp_client *c, const char *op, const void *v,
+                             size_t n, gang__store_bytes *out) {
+  GANG_CHECK(check_len(op, "value", n, c->caps.max_value));
+  out->p = v;
+  out->len = (uint32_t)n;
+  return GANG_OK;
+}
+
+static void req_init(gang__store_req *r, uint8_t op) {
+  memset(r, 0, sizeof *r);
+  r->op = op;
+  r->keys = &r->key1_;
+  r->vals = r->val2_;
+  r->nkeys = 1;
+}
+
+static int64_t handle_deadline(gang_store *st) {
+  return gang__deadline_in_ms(st->timeout_ms);
+}
+
+/* Copies bytes into a fresh NUL-terminated buffer. */
+static void *copy_out(const gang__store_bytes *v) {
+  uint8_t *p = malloc((size_t)v->len + 1);
+  if (p == NULL)
+    return NULL;
+  if (v->len)
+    memcpy(p, v->p, v->len);
+  p[v->len] = '\0';
+  return p;
+}
+
+static gang_status tcp_set_like(gang_store *st, uint8_t op, const char *key,
+                                const void *value, size_t len) {
+  tcp_client *c = impl_of(st);
+  gang__store_req r;
+  req_init(&r, op);
+  GANG_CHECK(key_bytes(c, gang__store_op_name(op), key, &r.keys[0]));
+  GANG_CHECK(val_bytes(c, gang__store_op_name(op), value, len, &r.vals[0]));
+  gang__store_rep rep;
+  GANG_CHECK(call(st, &r, handle_deadline(st), &rep));
+  gang_status s = rep.rc == GANG_STORE_RC_OK ? GANG_OK : rep_error(c, &rep);
+  gang__store_rep_fini(&rep);
+  return s;
+}
+
+static gang_status tcp_set(gang_store *st, const char *key, const void *value,
+                           size_t len) {
+  return tcp_set_like(st, GANG_STORE_OP_SET, key, value, len);
+}
+
+static gang_status tcp_append(gang_store *st, const char *key,
+                              const void *value, size_t len) {
+  return tcp_set_like(st, GANG_STORE_OP_APPEND, key, value, len);
+}
+
+static gang_status tcp_get(gang_store *st, const char *key, int64_t deadline,
+                           void **value, size_t *len) {
+  tcp_client *c = impl_of(st);
+  gang__store_req r;
+  req_init(&r, GANG_STORE_OP_GET);
+  GANG_CHECK(key_bytes(c, "get", key, &r.keys[0]));
+  gang__store_rep rep;
+  GANG_CHECK(call(st, &r, deadline, &rep));
+  gang_status s = GANG_OK;
+  if (rep.rc == GANG_STORE_RC_TIMEOUT)
+    s = timeout_error(&r, &rep, r.timeout_ms);
+  else if (rep.rc != GANG_STORE_RC_OK)
+    s = rep_error(c, &rep);
+  else if ((*value = copy_out(&rep.vals[0])) == NULL)
+    s = gang__error(GANG_NO_MEMORY, "store get '%s': %u bytes", key,
+                    rep.vals[0].len);
+  else
+    *len = rep.vals[0].len;
+  gang__store_rep_fini(&rep);
+  return s;
+}
+
+/* Builds a multi-key request's key array. */
+static gang_status multi_keys(tcp_client *c, const char *op, gang__store_req *r,
+                              const char *const *keys, size_t n) {
+  if (n > c->caps.max_keys)
+    return gang__error(GANG_INVALID_ARGUMENT,
+                       "store %s: %zu keys exceed the server's cap of %u per "
+                       "request",
+                       op, n, c->caps.max_keys);
+  r->nkeys = (uint32_t)n;
+  if (n > 1 && (r->keys = calloc(n, sizeof *r->keys)) == NULL)
+    return gang__error(GANG_NO_MEMORY, "store %s: %zu keys", op, n);
+  for (size_t i = 0; i < n; i++) {
+    gang_status s = key_bytes(c, op, keys[i], &r->keys[i]);
+    if (s != GANG_OK) {
+      if (r->keys != &r->key1_)
+        free(r->keys);
+      return s;
+    }
+  }
+  return GANG_OK;
+}
+
+static void multi_free(gang__store_req *r) {
+  if (r->keys != &r->key1_)
+    free(r->keys);
+  if (r->vals != r->val2_)
+    free(r->vals);
+}
+
+static gang_status tcp_check(gang_store *st, const char *const *keys, size_t n,
+                             bool *all_exist) {
+  tcp_client *c = impl_of(st);
+  gang__store_req r;
+  req_init(&r, GANG_STORE_OP_CHECK);
+  GANG_CHECK(multi_keys(c, "check", &r, keys, n));
+  gang__store_rep rep;
+  gang_status s = call(st, &r, handle_deadline(st), &rep);
+  if (s == GANG_OK) {
+    if (rep.rc == GANG_STORE_RC_OK)
+      *all_exist = rep.num != 0;
+    else
+      s = rep_error(c, &rep);
+    gang__store_rep_fini(&rep);
+  }
+  multi_free(&r);
+  return s;
+}
+
+static gang_status tcp_wait(gang_store *st, const char *const *keys, size_t n,
+                            int64_t deadline) {
+  tcp_client *c = impl_of(st);
+  gang__store_req r;
+  req_init(&r, GANG_STORE_OP_WAIT);
+  GANG_CHECK(multi_keys(c, "wait", &r, keys, n));
+  gang__store_rep rep;
+  gang_status s = call(st, &r, deadline, &rep);
+  if (s == GANG_OK) {
+    if (rep.rc == GANG_STORE_RC_TIMEOUT)
+      s = timeout_error(&r, &rep, r.timeout_ms);
+    else if (rep.rc != GANG_STORE_RC_OK)
+      s = rep_error(c, &rep);
+    gang__store_rep_fini(&rep);
+  }
+  multi_free(&r);
+  return s;
+}
+
+static gang_status tcp_multi_get(gang_store *st, const char *const *keys,
+                                 size_t n, int64_t deadline, void **values,
+                                 size_t *lens) {
+  tcp_client *c = impl_of(st);
+  gang__store_req r;
+  req_init(&r, GANG_STORE_OP_MULTI_GET);
+  GANG_CHECK(multi_keys(c, "multi_get", &r, keys, n));
+  gang__store_rep rep;
+  gang_status s = call(st, &r, deadline, &rep);
+  if (s == GANG_OK) {
+    if (rep.rc == GANG_STORE_RC_TIMEOUT)
+      s = timeout_error(&r, &rep, r.timeout_ms);
+    else if (rep.rc != GANG_STORE_RC_OK)
+      s = rep_error(c, &rep);
+    for (uint32_t i = 0; s == GANG_OK && i < rep.nvals; i++) {
+      values[i] = copy_out(&rep.vals[i]);
+      if (values[i] == NULL) {
+        for (uint32_t j = 0; j < i; j++)
+          free(values[j]);
+        s = gang__error(GANG_NO_MEMORY, "store multi_get: no memory");
+      } else {
+        lens[i] = rep.vals[i].len;
+      }
+    }
+    gang__store_rep_fini(&rep);
+  }
+  multi_free(&r);
+  return s;
+}
+
+static gang_status tcp_multi_set(gang_store *st, const char *const *keys,
+                                 const void *const *values, const size_t *lens,
+                                 size_t n) {
+  tcp_client *c = impl_of(st);
+  gang__store_req r;
+  req_init(&r, GANG_STORE_OP_MULTI_SET);
+  GANG_CHECK(multi_keys(c, "multi_set", &r, keys, n));
+  gang_status s = GANG_OK;
+  if (n > 2 && (r.vals = calloc(n, sizeof *r.vals)) == NULL)
+    s = gang__error(GANG_NO_MEMORY, "store multi_set: %zu values", n);
+  for (size_t i = 0; s == GANG_OK && i < n; i++)
+    s = val_bytes(c, "multi_set", values[i], lens[i], &r.vals[i]);
+  gang__store_rep rep;
+  if (s == GANG_OK &&
+      (s = call(st, &r, handle_deadline(st), &rep)) == GANG_OK) {
+    if (rep.rc != GANG_STORE_RC_OK)
+      s = rep_error(c, &rep);
+    gang__store_rep_fini(&rep);
+  }
+  multi_free(&r);
+  return s;
+}
+
+static gang_status tcp_add(gang_store *st, const char *key, int64_t delta,
+                           int64_t *new_value) {
+  tcp_client *c = impl_of(st);
+  gang__store_req r;
+  req_init(&r, GANG_STORE_OP_ADD);
+  r.num = delta;
+  GANG_CHECK(key_bytes(c, "add", key, &r.keys[0]));
+  gang__store_rep rep;
+  GANG_CHECK(call(st, &r, handle_deadline(st), &rep));
+  gang_status s = GANG_OK;
+  if (rep.rc == GANG_STORE_RC_OK)
+    *new_value = rep.num;
+  else
+    s = rep_error(c, &rep);
+  gang__store_rep_fini(&rep);
+  return s;
+}
+
+static gang_status tcp_compare_set(gang_store *st, const char *key,
+                                   const void *expected, size_t elen,
+                                   const void *desired, size_t dlen,
+                                   void **current, size_t *clen) {
+  tcp_client *c = impl_of(st);
+  gang__store_req r;
+  req_init(&r, GANG_STORE_OP_COMPARE_SET);
+  GANG_CHECK(key_bytes(c, "compare_set", key, &r.keys[0]));
+  GANG_CHECK(val_bytes(c, "compare_set", expected, elen, &r.vals[0]));
+  GANG_CHECK(val_bytes(c, "compare_set", desired, dlen, &r.vals[1]));
+  gang__store_rep rep;
+  GANG_CHECK(call(st, &r, handle_deadline(st), &rep));
+  gang_status s = GANG_OK;
+  if (rep.rc != GANG_STORE_RC_OK)
+    s = rep_error(c, &rep);
+  else if (current != NULL) {
+    if ((*current = copy_out(&rep.vals[0])) == NULL)
+      s = gang__error(GANG_NO_MEMORY, "store compare_set: no memory");
+    else
+      *clen = rep.vals[0].len;
+  }
+  gang__store_rep_fini(&rep);
+  return s;
+}
+
+static gang_status tcp_del(gang_store *st, const char *key, bool *deleted) {
+  tcp_client *c = impl_of(st);
+  gang__store_req r;
+  req_init(&r, GANG_STORE_OP_DELETE);
+  GANG_CHECK(key_bytes(c, "delete", key, &r.keys[0]));
+  gang__store_rep rep;
+  GANG_CHECK(call(st, &r, handle_deadline(st), &rep));
+  gang_status s = GANG_OK;
+  if (rep.rc == GANG_STORE_RC_OK)
+    *deleted = rep.num != 0;
+  else
+    s = rep_error(c, &rep);
+  gang__store_rep_fini(&rep);
+  return s;
+}
+
+static gang_status tcp_num_keys(gang_store *st, int64_t *n) {
+  tcp_client *c = impl_of(st);
+  gang__store_req r;
+  req_init(&r, GANG_STORE_OP_NUM_KEYS);
+  r.nkeys = 0;
+  gang__store_rep rep;
+  GANG_CHECK(call(st, &r, handle_deadline(st), &rep));
+  gang_status s = GANG_OK;
+  if (rep.rc == GANG_STORE_RC_OK)
+    *n = rep.num;
+  else
+    s = rep_error(c, &rep);
+  gang__store_rep_fini(&rep);
+  return s;
+}
+
+static const gang__store_ops tcp_ops = {
+    .kind = "tcp",
+    .set = tcp_set,
+    .get = tcp_get,
+    .check = tcp_check,
+    .wait = tcp_wait,
+    .add = tcp_add,
+    .compare_set = tcp_compare_set,
+    .del = tcp_del,
+    .num_keys = tcp_num_keys,
+    .append = tcp_append,
+    .multi_get = tcp_multi_get,
+    .multi_set = tcp_multi_set,
+    .close = tcp_close,
+};

@@ -1,0 +1,406 @@
+/* Every store operation against a live in-process server, deadlines and
+ * their timing, waits woken by every kind of write, prefixes, and what a
+ * client sees when the server goes away. */
+#include <pthread.h>
+#include <string.h>
+#include <time.h>
+
+#include "harness/harness.h"
+#include "raw.h"
+
+#include "core/clock.h"
+#include "gang/store.h"
+
+static gang_store_server *start_server(void) {
+  gang_store_server_options o = GANG_STORE_SERVER_OPTIONS_INIT;
+  o.secret = "";
+  gang_store_server *srv = NULL;
+  assert_gang_ok(gang_store_server_start(&o, &srv));
+  assert_true(gang_store_server_port(srv) > 0);
+  return srv;
+}
+
+static gang_store *connect_to(gang_store_server *srv, const char *suffix,
+                              int64_t timeout_ms) {
+  char addr[128];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d%s", gang_store_server_port(srv),
+           suffix ? suffix : "");
+  gang_store_options o = GANG_STORE_OPTIONS_INIT;
+  o.timeout_ms = timeout_ms;
+  o.secret = "";
+  gang_store *st = NULL;
+  assert_gang_ok(gang_store_connect(addr, &o, &st));
+  return st;
+}
+
+static void expect_val(gang_store *st, const char *key, const char *want) {
+  void *v = NULL;
+  size_t n = 0;
+  assert_gang_ok(gang_store_get(st, key, &v, &n));
+  assert_int_equal(n, strlen(want));
+  assert_memory_equal(v, want, n);
+  assert_int_equal(((char *)v)[n], '\0');
+  gang_store_free(v);
+}
+
+static void test_basic_ops(void **state) {
+  (void)state;
+  gang_store_server *srv = start_server();
+  gang_store *st = connect_to(srv, NULL, 5000);
+
+  assert_gang_ok(gang_store_set(st, "a", "hello", 5));
+  expect_val(st, "a", "hello");
+  assert_gang_ok(gang_store_set(st, "a", "bye", 3));
+  expect_val(st, "a", "bye");
+  assert_gang_ok(gang_store_set(st, "empty", NULL, 0));
+  expect_val(st, "empty", "");
+
+  /* add: missing counts as 0; stored as decimal ASCII. */
+  int64_t v = 0;
+  assert_gang_ok(gang_store_add(st, "ctr", 5, &v));
+  assert_int_equal(v, 5);
+  assert_gang_ok(gang_store_add(st, "ctr", -7, &v));
+  assert_int_equal(v, -2);
+  expect_val(st, "ctr", "-2");
+  assert_int_equal(gang_store_add(st, "a", 1, &v), GANG_INVALID_USAGE);
+  assert_non_null(strstr(gang_last_error(), "not a decimal integer"));
+  assert_gang_ok(gang_store_set(st, "big", "9223372036854775807", 19));
+  assert_int_equal(gang_store_add(st, "big", 1, &v), GANG_INVALID_USAGE);
+  assert_non_null(strstr(gang_last_error(), "overflows"));
+
+  /* check */
+  const char *k2[] = {"a", "ctr"}, *k3[] = {"a", "nope"};
+  bool all = false;
+  assert_gang_ok(gang_store_check(st, k2, 2, &all));
+  assert_true(all);
+  assert_gang_ok(gang_store_check(st, k3, 2, &all));
+  assert_false(all);
+
+  /* append */
+  assert_gang_ok(gang_store_append(st, "log", "ab", 2));
+  assert_gang_ok(gang_store_append(st, "log", "cd", 2));
+  expect_val(st, "log", "abcd");
+
+  /* compare_set, torch semantics */
+  void *cur = NULL;
+  size_t clen = 0;
+  assert_gang_ok(
+      gang_store_compare_set(st, "cas", "", 0, "first", 5, &cur, &clen));
+  assert_int_equal(clen, 5);
+  assert_memory_equal(cur, "first", 5);
+  gang_store_free(cur);
+  assert_gang_ok(
+      gang_store_compare_set(st, "cas", "wrong", 5, "second", 6, &cur, &clen));
+  assert_memory_equal(cur, "first", 5);
+  gang_store_free(cur);
+  assert_gang_ok(
+      gang_store_compare_set(st, "cas", "first", 5, "second", 6, &cur, &clen));
+  assert_int_equal(clen, 6);
+  assert_memory_equal(cur, "second", 6);
+  gang_store_free(cur);
+  /* Missing key with a non-empty expectation: not created, reply is the
+   * expectation (torch). */
+  assert_gang_ok(
+      gang_store_compare_set(st, "cas2", "x", 1, "y", 1, &cur, &clen));
+  assert_memory_equal(cur, "x", 1);
+  gang_store_free(cur);
+  const char *kc[] = {"cas2"};
+  assert_gang_ok(gang_store_check(st, kc, 1, &all));
+  assert_false(all);
+  assert_gang_ok(
+      gang_store_compare_set(st, "cas", "second", 6, "third", 5, NULL, NULL));
+  expect_val(st, "cas", "third");
+
+  /* num_keys / delete */
+  int64_t n = 0;
+  assert_gang_ok(gang_store_num_keys(st, &n));
+  assert_int_equal(n, 6); /* a empty ctr big log cas */
+  bool del = false;
+  assert_gang_ok(gang_store_delete(st, "a", &del));
+  assert_true(del);
+  assert_gang_ok(gang_store_delete(st, "a", &del));
+  assert_false(del);
+  assert_gang_ok(gang_store_num_keys(st, &n));
+  assert_int_equal(n, 5);
+
+  /* multi_set / multi_get */
+  const char *mk[] = {"m1", "m2", "m3"};
+  const void *mv[] = {"one", "", "three"};
+  size_t ml[] = {3, 0, 5};
+  assert_gang_ok(gang_store_multi_set(st, mk, mv, ml, 3));
+  void *vals[3];
+  size_t lens[3];
+  assert_gang_ok(gang_store_multi_get(st, mk, 3, vals, lens));
+  for (int i = 0; i < 3; i++) {
+    assert_int_equal(lens[i], ml[i]);
+    assert_memory_equal(vals[i], mv[i], ml[i]);
+    gang_store_free(vals[i]);
+  }
+  assert_gang_ok(gang_store_multi_set(st, NULL, NULL, NULL, 0));
+  assert_gang_ok(gang_store_multi_get(st, NULL, 0, NULL, NULL));
+  const char *none[] = {NULL};
+  assert_gang_ok(gang_store_wait(st, none, 0, 100));
+
+  /* binary values with NULs survive */
+  const uint8_t bin[] = {0, 1, 2, 0, 255};
+  assert_gang_ok(gang_store_set(st, "bin", bin, sizeof bin));
+  void *bv;
+  size_t bl;
+  assert_gang_ok(gang_store_get(st, "bin", &bv, &bl));
+  assert_int_equal(bl, sizeof bin);
+  assert_memory_equal(bv, bin, sizeof bin);
+  gang_store_free(bv);
+
+  /* argument checks at the boundary */
+  assert_int_equal(gang_store_set(st, "", "x", 1), GANG_INVALID_ARGUMENT);
+  assert_int_equal(gang_store_set(st, NULL, "x", 1), GANG_INVALID_ARGUMENT);
+  char bigkey[8194]; /* 8 KiB + 1 */
+  memset(bigkey, 'k', sizeof bigkey - 1);
+  bigkey[sizeof bigkey - 1] = '\0';
+  assert_int_equal(gang_store_set(st, bigkey, "x", 1), GANG_INVALID_ARGUMENT);
+  assert_non_null(strstr(gang_last_error(), "cap"));
+  /* ... and the handle is still fine */
+  expect_val(st, "log", "abcd");
+
+  gang_store_close(st);
+  gang_store_server_stop(srv);
+}
+
+static int64_t elapsed_ms(int64_t t0) {
+  return (gang__now_ns() - t0) / 1000000;
+}
+
+static void check_deadline(int64_t got_ms, int64_t want_ms) {
+  int64_t slack = want_ms / 10 > 20 ? want_ms / 10 : 20;
+  if (got_ms < want_ms - 1 || got_ms > want_ms + slack)
+    fail_msg("timed out after %lld ms, wanted %lld (+%lld)", (long long)got_ms,
+             (long long)want_ms, (long long)slack);
+}
+
+static void test_timeout_then_usable(void **state) {
+  (void)state;
+  gang_store_server *srv = start_server();
+  const int64_t deadlines[] = {10, 100, 1000};
+  gang_store *st = connect_to(srv, NULL, 100);
+  for (int i = 0; i < 3; i++) {
+    assert_gang_ok(gang_store_set_timeout(st, deadlines[i]));
+    void *v;
+    size_t n;
+    int64_t t0 = gang__now_ns();
+    assert_int_equal(gang_store_get(st, "missing", &v, &n), GANG_TIMEOUT);
+    check_deadline(elapsed_ms(t0), deadlines[i]);
+    assert_non_null(strstr(gang_last_error(), "'missing'"));
+    /* The client is still usable after a timeout. */
+    assert_gang_ok(gang_store_set(st, "k", "v", 1));
+    expect_val(st, "k", "v");
+  }
+  const char *keys[] = {"k", "the_key", "other"};
+  int64_t t0 = gang__now_ns();
+  assert_int_equal(gang_store_wait(st, keys, 3, 100), GANG_TIMEOUT);
+  check_deadline(elapsed_ms(t0), 100);
+  assert_non_null(strstr(gang_last_error(), "'the_key', 'other'"));
+  assert_null(strstr(gang_last_error(), "'k'"));
+  void *vals[3];
+  size_t lens[3];
+  assert_int_equal(gang_store_multi_get(st, keys, 3, vals, lens), GANG_TIMEOUT);
+  /* zero timeout: immediate */
+  t0 = gang__now_ns();
+  assert_int_equal(gang_store_wait(st, keys, 3, 0), GANG_TIMEOUT);
+  assert_true(elapsed_ms(t0) < 20);
+  int64_t n;
+  assert_gang_ok(gang_store_num_keys(st, &n));
+  assert_int_equal(n, 1); /* waiting left no placeholder keys */
+  gang_store_close(st);
+  gang_store_server_stop(srv);
+}
+
+typedef struct {
+  gang_store_server *srv;
+  int op;
+} writer_arg;
+
+static void *writer(void *arg) {
+  writer_arg *w = arg;
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", gang_store_server_port(w->srv));
+  gang_store_options o = GANG_STORE_OPTIONS_INIT;
+  o.secret = "";
+  gang_store *st;
+  if (gang_store_connect(addr, &o, &st) != GANG_OK)
+    return (void *)1;
+  /* The reader is parked before we write: wait for its key to be there in
+   * a bounded poll, then write. */
+  struct timespec ts = {0, 20 * 1000 * 1000};
+  nanosleep(&ts, NULL);
+  gang_status s = GANG_OK;
+  int64_t v;
+  const char *k[] = {"w1", "w2"};
+  const void *vv[] = {"x", "y"};
+  size_t l[] = {1, 1};
+  switch (w->op) {
+  case 0:
+    s = gang_store_set(st, "w1", "x", 1);
+    break;
+  case 1:
+    s = gang_store_add(st, "w1", 3, &v);
+    break;
+  case 2:
+    s = gang_store_append(st, "w1", "x", 1);
+    break;
+  case 3:
+    s = gang_store_compare_set(st, "w1", "", 0, "x", 1, NULL, NULL);
+    break;
+  case 4:
+    s = gang_store_multi_set(st, k, vv, l, 2);
+    break;
+  }
+  gang_store_close(st);
+  return (void *)(intptr_t)(s != GANG_OK);
+}
+
+static void test_waits_woken_by_every_write(void **state) {
+  (void)state;
+  gang_store_server *srv = start_server();
+  gang_store *st = connect_to(srv, NULL, 10000);
+  for (int op = 0; op < 5; op++) {
+    bool del;
+    gang_store_delete(st, "w1", &del);
+    gang_store_delete(st, "w2", &del);
+    writer_arg w = {srv, op};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, writer, &w), 0);
+    int64_t t0 = gang__now_ns();
+    void *v;
+    size_t n;
+    assert_gang_ok(gang_store_get(st, "w1", &v, &n));
+    gang_store_free(v);
+    /* Woken by the write, far before the 10 s deadline. */
+    assert_true(elapsed_ms(t0) < 5000);
+    void *ret;
+    pthread_join(t, &ret);
+    assert_null(ret);
+  }
+  gang_store_close(st);
+  gang_store_server_stop(srv);
+}
+
+static void test_prefix_views(void **state) {
+  (void)state;
+  gang_store_server *srv = start_server();
+  gang_store *root = connect_to(srv, NULL, 5000);
+  gang_store *pre = connect_to(srv, "/job7", 5000);
+  assert_gang_ok(gang_store_set(pre, "rank0", "addr", 4));
+  expect_val(root, "job7/rank0", "addr");
+  gang_store *sub;
+  assert_gang_ok(gang_store_prefix(pre, "inner", &sub));
+  int64_t v;
+  assert_gang_ok(gang_store_add(sub, "n", 2, &v));
+  expect_val(root, "job7/inner/n", "2");
+  gang_store_close(sub);
+  gang_store_close(pre);
+  gang_store_close(root);
+  gang_store_server_stop(srv);
+}
+
+typedef struct {
+  gang_store *st;
+  gang_status got;
+  int64_t ms;
+} waiter_arg;
+
+static void *waiter(void *arg) {
+  waiter_arg *w = arg;
+  int64_t t0 = gang__now_ns();
+  void *v;
+  size_t n;
+  w->got = gang_store_get(w->st, "never", &v, &n);
+  w->ms = elapsed_ms(t0);
+  return NULL;
+}
+
+static void test_server_stop_mid_wait(void **state) {
+  (void)state;
+  gang_store_server *srv = start_server();
+  gang_store *st = connect_to(srv, NULL, 30000);
+  assert_gang_ok(gang_store_set(st, "ready", "1", 1));
+  waiter_arg w = {st, GANG_OK, 0};
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, waiter, &w), 0);
+  struct timespec ts = {0, 50 * 1000 * 1000};
+  nanosleep(&ts, NULL); /* let it park (either way the result is the same) */
+  gang_store_server_stop(srv);
+  pthread_join(t, NULL);
+  assert_int_equal(w.got, GANG_PEER_LOST);
+  assert_true(w.ms < 2000);
+  /* Later calls fail at once with the same clear error. */
+  int64_t t0 = gang__now_ns();
+  assert_int_equal(gang_store_set(st, "x", "y", 1), GANG_PEER_LOST);
+  assert_non_null(strstr(gang_last_error(), "closed the connection"));
+  assert_true(elapsed_ms(t0) < 100);
+  gang_store_close(st);
+}
+
+static void test_unreachable(void **state) {
+  (void)state;
+  /* A port nobody listens on: bind one, note it, close it. */
+  gang_store_server *srv = start_server();
+  int port = gang_store_server_port(srv);
+  gang_store_server_stop(srv);
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+  gang_store_options o = GANG_STORE_OPTIONS_INIT;
+  o.connect_timeout_ms = 300;
+  o.secret = "";
+  gang_store *st = NULL;
+  int64_t t0 = gang__now_ns();
+  assert_int_equal(gang_store_connect(addr, &o, &st), GANG_TIMEOUT);
+  int64_t ms = elapsed_ms(t0);
+  assert_true(ms >= 290 && ms < 1000);
+  assert_non_null(strstr(gang_last_error(), "cannot reach store at"));
+  assert_non_null(strstr(gang_last_error(), "attempts"));
+  assert_null(st);
+  assert_int_equal(gang_store_connect("no-such-host.invalid:29500", &o, &st),
+                   GANG_INVALID_ARGUMENT);
+  assert_int_equal(gang_store_connect("127.0.0.1", &o, &st),
+                   GANG_INVALID_ARGUMENT);
+}
+
+static void test_ipv6_and_port_in_use(void **state) {
+  (void)state;
+  gang_store_server_options o = GANG_STORE_SERVER_OPTIONS_INIT;
+  o.host = "::1";
+  o.secret = "";
+  gang_store_server *srv = NULL;
+  if (gang_store_server_start(&o, &srv) == GANG_OK) {
+    char addr[64];
+    snprintf(addr, sizeof addr, "[::1]:%d", gang_store_server_port(srv));
+    gang_store_options co = GANG_STORE_OPTIONS_INIT;
+    co.secret = "";
+    gang_store *st;
+    assert_gang_ok(gang_store_connect(addr, &co, &st));
+    assert_gang_ok(gang_store_set(st, "six", "6", 1));
+    expect_val(st, "six", "6");
+    gang_store_close(st);
+    /* The same port again: address in use, named. */
+    gang_store_server_options o2 = o;
+    o2.port = gang_store_server_port(srv);
+    gang_store_server *srv2 = NULL;
+    assert_int_equal(gang_store_server_start(&o2, &srv2), GANG_SYSTEM);
+    assert_non_null(strstr(gang_last_error(), "in use"));
+    gang_store_server_stop(srv);
+  }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      GT_TEST(test_basic_ops),
+      GT_TEST(test_timeout_then_usable),
+      GT_TEST(test_waits_woken_by_every_write),
+      GT_TEST(test_prefix_views),
+      GT_TEST(test_server_stop_mid_wait),
+      GT_TEST(test_unreachable),
+      GT_TEST(test_ipv6_and_port_in_use),
+  };
+  store_test_prime_threads();
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
