@@ -290,17 +290,18 @@ static void test_garbage_from_peer(void **state) {
   assert_int_equal(gt_run_ranks(2, garbage_rank, NULL, 30000), 0);
 }
 
+static gt_store_proc g_srv;
+
 static int setup(void **state) {
-  gang_store_server *srv;
-  if (gang_store_server_start(NULL, &srv) != GANG_OK)
-    return -1;
-  g_port = gang_store_server_port(srv);
-  *state = srv;
+  (void)state;
+  g_srv = gt_store_proc_start(NULL);
+  g_port = g_srv.port;
   return 0;
 }
 
 static int teardown(void **state) {
-  gang_store_server_stop(*state);
+  (void)state;
+  gt_store_proc_stop(&g_srv);
   return 0;
 }
 

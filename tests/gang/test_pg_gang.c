@@ -349,15 +349,14 @@ static int rank_main(int rank, int size, void *arg) {
 
 static void test_matrix(void **state) {
   (void)state;
-  gang_store_server *srv;
-  assert_gang_ok(gang_store_server_start(NULL, &srv));
-  g_port = gang_store_server_port(srv);
+  gt_store_proc srv = gt_store_proc_start(NULL);
+  g_port = srv.port;
   int sizes[] = {1, 2, 3, 4, 5, 8};
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
     fprintf(stderr, "world size %d\n", sizes[i]);
     assert_int_equal(gt_run_ranks(sizes[i], rank_main, NULL, 240000), 0);
   }
-  gang_store_server_stop(srv);
+  gt_store_proc_stop(&srv);
 }
 
 int main(void) {

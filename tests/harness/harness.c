@@ -12,7 +12,10 @@
 #include <sys/wait.h>
 #include <time.h>
 
+#include <pthread.h>
+
 #include "gang/status.h"
+#include "gang/store.h"
 
 static int64_t now_ms(void) {
   struct timespec ts;
@@ -183,16 +186,82 @@ char *gt_tool_path(const char *name) {
   return p;
 }
 
+gt_store_proc gt_store_proc_start(const char *secret) {
+  int to[2], from[2];
+  gt_store_proc sp = {-1, -1, -1};
+  if (pipe2(to, O_CLOEXEC) != 0 || pipe2(from, O_CLOEXEC) != 0)
+    fail_msg("pipe: %s", strerror(errno));
+  fflush(stdout);
+  fflush(stderr);
+  sp.pid = fork();
+  if (sp.pid < 0)
+    fail_msg("fork: %s", strerror(errno));
+  if (sp.pid == 0) {
+    close(to[1]);
+    close(from[0]);
+    gang_store_server_options o = GANG_STORE_SERVER_OPTIONS_INIT;
+    o.secret = secret ? secret : "";
+    gang_store_server *srv = NULL;
+    int port = -1;
+    if (gang_store_server_start(&o, &srv) == GANG_OK)
+      port = gang_store_server_port(srv);
+    else
+      fprintf(stderr, "store server: %s\n", gang_last_error());
+    if (write(from[1], &port, sizeof port) != sizeof port || port < 0)
+      _exit(1);
+    char c;
+    while (read(to[0], &c, 1) > 0)
+      ;
+    gang_store_server_stop(srv);
+    _exit(0);
+  }
+  close(to[0]);
+  close(from[1]);
+  if (read(from[0], &sp.port, sizeof sp.port) != sizeof sp.port)
+    sp.port = -1;
+  close(from[0]);
+  sp.ctl = to[1];
+  if (sp.port <= 0)
+    fail_msg("the store server process did not start");
+  return sp;
+}
+
+void gt_store_proc_stop(gt_store_proc *sp) {
+  if (sp->pid <= 0)
+    return;
+  close(sp->ctl);
+  int status = 0;
+  pid_t r = waitpid(sp->pid, &status, 0);
+  sp->pid = -1;
+  if (r < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    fail_msg("the store server process did not exit cleanly");
+}
+
 typedef struct {
   int fds;
   int threads;
 } leak_state;
+
+#if defined(__SANITIZE_THREAD__)
+static void *noop_thread(void *arg) { return arg; }
+#endif
 
 int gt_leak_setup(void **state) {
   leak_state *s = malloc(sizeof *s);
   if (s == NULL)
     return -1;
   gang_clear_error();
+#if defined(__SANITIZE_THREAD__)
+  /* ThreadSanitizer starts a helper thread of its own with the first
+   * pthread_create; make it exist before counting. */
+  static int warmed;
+  if (!warmed) {
+    pthread_t t;
+    if (pthread_create(&t, NULL, noop_thread, NULL) == 0)
+      pthread_join(t, NULL);
+    warmed = 1;
+  }
+#endif
   s->fds = gt_count_fds();
   s->threads = gt_count_threads();
   *state = s;

@@ -43,6 +43,19 @@ int gt_run_cmd(char *const argv[], char *const envp[], char **output,
  * per call site is not needed: returns a malloc'd string the caller frees. */
 char *gt_tool_path(const char *name);
 
+/* A store server in its own process, for tests that fork ranks: a fork
+ * taken while an in-process server thread holds a lock (malloc's, the
+ * sanitizers', OpenSSL's RNG) would hand the child a lock nobody releases.
+ * `secret` may be NULL. Returns the port; stop it with gt_store_proc_stop,
+ * which fails the calling cmocka test if the server did not exit cleanly. */
+typedef struct gt_store_proc {
+  pid_t pid;
+  int ctl; /* closing it stops the server */
+  int port;
+} gt_store_proc;
+gt_store_proc gt_store_proc_start(const char *secret);
+void gt_store_proc_stop(gt_store_proc *sp);
+
 int gt_count_fds(void);
 int gt_count_threads(void);
 

@@ -1,11 +1,14 @@
 /* Many clients: a 64-process rendezvous (set address, add, multi_get of
  * everyone's), and 1024 concurrent connections from 16 processes while a
  * parked get on another connection blocks none of them. */
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <sys/wait.h>
 #include <string.h>
 
 #include "harness/harness.h"
+#include "raw.h"
 
 #include "core/clock.h"
 #include "gang/store.h"
@@ -62,18 +65,16 @@ static int rendezvous_rank(int rank, int size, void *arg) {
   return 0;
 }
 
-static gang_store_server *start(void) {
-  gang_store_server_options o = GANG_STORE_SERVER_OPTIONS_INIT;
-  o.secret = "scale-secret";
-  gang_store_server *srv = NULL;
-  assert_gang_ok(gang_store_server_start(&o, &srv));
-  g_port = gang_store_server_port(srv);
-  return srv;
+/* The server runs in its own process (gt_store_proc_start says why). */
+static gt_store_proc start(void) {
+  gt_store_proc sp = gt_store_proc_start("scale-secret");
+  g_port = sp.port;
+  return sp;
 }
 
 static void test_64_process_rendezvous(void **state) {
   (void)state;
-  gang_store_server *srv = start();
+  gt_store_proc srv = start();
   int64_t t0 = gang__now_ns();
   assert_int_equal(gt_run_ranks(64, rendezvous_rank, NULL, 90000), 0);
   printf("64-process rendezvous: %lld ms\n",
@@ -84,7 +85,7 @@ static void test_64_process_rendezvous(void **state) {
   assert_gang_ok(gang_store_add(st, "arrived", 0, &n));
   assert_int_equal(n, 64);
   gang_store_close(st);
-  gang_store_server_stop(srv);
+  gt_store_proc_stop(&srv);
 }
 
 #define PROCS 16
@@ -134,7 +135,7 @@ static void *parked_get(void *arg) {
 
 static void test_1024_connections(void **state) {
   (void)state;
-  gang_store_server *srv = start();
+  gt_store_proc srv = start();
   gang_store *waiter = rank_connect("");
   gang_store *ctl = rank_connect("");
   assert_non_null(waiter);
@@ -156,7 +157,7 @@ static void test_1024_connections(void **state) {
   assert_int_equal(n, PROCS * PER_PROC);
   gang_store_close(waiter);
   gang_store_close(ctl);
-  gang_store_server_stop(srv);
+  gt_store_proc_stop(&srv);
 }
 
 int main(void) {
@@ -164,5 +165,6 @@ int main(void) {
       GT_TEST(test_64_process_rendezvous),
       GT_TEST(test_1024_connections),
   };
+  store_test_prime_threads();
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
