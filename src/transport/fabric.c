@@ -452,19 +452,23 @@ static void pull(gang__fabric *f, conn *c) {
 
 /* ---- Registration and the wait loop -------------------------------------- */
 
+static void left_before(gang__fabric *f, conn *c) {
+  char why[1024];
+  snprintf(why, sizeof why,
+           "%s left (destroyed its gang) before this transfer", c->name);
+  fail_locked(f, GANG_PEER_LOST, why);
+}
+
 static void register_xfer(gang__fabric *f, gang__xfer *x) {
   conn *c = &f->conns[x->peer];
   x->next = NULL;
   x->off = 0;
   x->done = false;
-  if (c->dead && c->bye) {
-    char why[1024];
-    snprintf(why, sizeof why, "%s left (destroyed its gang) before this "
-             "transfer", c->name);
-    fail_locked(f, GANG_PEER_LOST, why);
-    return;
-  }
   if (x->send) {
+    if (c->dead && c->bye) {
+      left_before(f, c);
+      return;
+    }
     if (c->sq_tail)
       c->sq_tail->next = x;
     else
@@ -491,6 +495,11 @@ static void register_xfer(gang__fabric *f, gang__xfer *x) {
     } else {
       u->waiting = x;
     }
+    return;
+  }
+  /* A peer that left can have sent this before it did, but nothing more. */
+  if (c->dead && c->bye) {
+    left_before(f, c);
     return;
   }
   if (c->posted_tail)
