@@ -37,6 +37,36 @@ static int count_dir(const char *path) {
 }
 
 int gt_count_fds(void) { return count_dir("/proc/self/fd") - 1; }
+
+int gt_count_children(void) {
+  DIR *d = opendir("/proc");
+  if (d == NULL)
+    return -1;
+  int n = 0;
+  pid_t me = getpid();
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9')
+      continue;
+    char path[300], buf[512];
+    snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+      continue;
+    size_t len = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[len] = '\0';
+    /* "pid (comm) state ppid ...": comm may hold spaces; parse after ')'. */
+    char *rp = strrchr(buf, ')');
+    char state;
+    int ppid;
+    if (rp != NULL && sscanf(rp + 1, " %c %d", &state, &ppid) == 2 &&
+        ppid == me)
+      n++;
+  }
+  closedir(d);
+  return n;
+}
 int gt_count_threads(void) { return count_dir("/proc/self/task"); }
 
 static char *slurp_fd(int fd) {
@@ -240,6 +270,7 @@ void gt_store_proc_stop(gt_store_proc *sp) {
 typedef struct {
   int fds;
   int threads;
+  int children;
 } leak_state;
 
 #if defined(__SANITIZE_THREAD__)
@@ -264,6 +295,7 @@ int gt_leak_setup(void **state) {
 #endif
   s->fds = gt_count_fds();
   s->threads = gt_count_threads();
+  s->children = gt_count_children();
   *state = s;
   return 0;
 }
@@ -278,7 +310,7 @@ int gt_leak_teardown(void **state) {
     nanosleep(&ts, NULL);
     threads = gt_count_threads();
   }
-  int child = waitpid(-1, NULL, WNOHANG);
+  int children = gt_count_children();
   int ok = 1;
   if (fds != s->fds) {
     fprintf(stderr, "leak check: %d file descriptors before, %d after\n",
@@ -290,8 +322,11 @@ int gt_leak_teardown(void **state) {
             threads);
     ok = 0;
   }
-  if (child != -1) {
-    fprintf(stderr, "leak check: a child process was left unreaped\n");
+  if (children != s->children) {
+    fprintf(stderr,
+            "leak check: %d child processes before, %d after (a "
+            "child left running or unreaped)\n",
+            s->children, children);
     ok = 0;
   }
   free(s);

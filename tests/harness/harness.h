@@ -58,6 +58,8 @@ void gt_store_proc_stop(gt_store_proc *sp);
 
 int gt_count_fds(void);
 int gt_count_threads(void);
+/* Child processes of this process, running or unreaped. */
+int gt_count_children(void);
 
 /* cmocka setup/teardown that fail the test on leaked fds, threads or
  * unreaped children. */
