@@ -15,7 +15,11 @@
  * queued: they register with the fabric at post time (so a posted receive
  * and a posted send to the same peer cannot deadlock each other) and
  * progress whenever any thread waits on the fabric. */
+#include <arpa/inet.h>
 #include <inttypes.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +30,8 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/reduce.h"
+#include "core/sock.h"
+#include "gang/env.h"
 #include "gang_impl.h"
 #include "transport/fabric.h"
 
@@ -428,34 +434,82 @@ static int64_t opt_timeout(const gang_options *o) {
   return o ? o->timeout_ms : 0;
 }
 
-gang_status gang_create_with_store(const gang_options *opts,
-                                   const char *store_addr, int rank, int size,
-                                   gang_t **out) {
-  const char *fn = "gang_create_with_store";
-  GANG_ARG_CHECK(out != NULL, fn, "out is NULL");
-  GANG_ARG_CHECK(store_addr != NULL && *store_addr, fn, "store_addr is empty");
-  GANG_ARG_CHECK(size >= 1, fn, "size must be at least 1, but is %d", size);
-  GANG_ARG_CHECK(rank >= 0 && rank < size, fn,
-                 "rank must be in [0, %d), but is %d", size, rank);
+/* The local address peers can reach this rank at: the one the kernel would
+ * use to reach the store's host (a UDP "connect" sends nothing). Loopback
+ * stays loopback. */
+static void local_addr_toward(const char *store_addr, char *out, size_t cap) {
+  snprintf(out, cap, "127.0.0.1");
+  char host[256];
+  const char *p = store_addr;
+  if (strncmp(p, "tcp://", 6) == 0)
+    p += 6;
+  const char *end = *p == '[' ? strchr(p, ']') : strrchr(p, ':');
+  if (end == NULL || (size_t)(end - p) >= sizeof host)
+    return;
+  if (*p == '[')
+    p++;
+  memcpy(host, p, (size_t)(end - p));
+  host[end - p] = '\0';
+  struct addrinfo hints = {.ai_socktype = SOCK_DGRAM}, *res = NULL;
+  if (getaddrinfo(host, "9", &hints, &res) != 0 || res == NULL)
+    return;
+  int fd = socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_storage ss;
+  socklen_t sl = sizeof ss;
+  if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) == 0 &&
+      getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {
+    const void *a =
+        ss.ss_family == AF_INET
+            ? (const void *)&((struct sockaddr_in *)&ss)->sin_addr
+            : (const void *)&((struct sockaddr_in6 *)&ss)->sin6_addr;
+    char buf[INET6_ADDRSTRLEN];
+    if (inet_ntop(ss.ss_family, a, buf, sizeof buf) != NULL)
+      snprintf(out, cap, "%s", buf);
+  }
+  if (fd >= 0)
+    close(fd);
+  freeaddrinfo(res);
+}
+
+static gang_status create(const gang_options *opts, const char *store_addr,
+                          int rank, int size, gang_store_server *server,
+                          gang_t **out) {
   gang_device dev = {GANG_DEVICE_CPU, 0};
   if (opts != NULL)
     dev = opts->device;
-  GANG_ARG_CHECK(dev.type == GANG_DEVICE_CPU, fn,
-                 "only CPU gangs are supported, device type is %d",
-                 (int)dev.type);
+  if (dev.type != GANG_DEVICE_CPU) {
+    gang_store_server_stop(server);
+    return gang__error(GANG_NOT_SUPPORTED,
+                       "gang: only CPU gangs move data (device type %d)",
+                       (int)dev.type);
+  }
   int64_t timeout_ms = opt_timeout(opts);
-  if (timeout_ms == 0)
-    GANG_CHECK(gang__setting_int(GANG_SETTING_TIMEOUT, &timeout_ms));
+  if (timeout_ms == 0) {
+    gang_status st = gang__setting_int(GANG_SETTING_TIMEOUT, &timeout_ms);
+    if (st != GANG_OK) {
+      gang_store_server_stop(server);
+      return st;
+    }
+  }
   world *w = calloc(1, sizeof *w);
-  if (w == NULL)
+  if (w == NULL) {
+    gang_store_server_stop(server);
     return gang__error(GANG_NO_MEMORY, "gang: out of memory");
+  }
   pthread_mutex_init(&w->mu, NULL);
   w->refs = 1; /* the creation's own reference, dropped below */
+  w->server = server;
   gang_status st;
-  gang_store_options so = GANG_STORE_OPTIONS_INIT;
-  so.timeout_ms = timeout_ms;
-  GANG_CHECK_GOTO(gang_store_connect(store_addr, &so, &w->store), st, fail);
-  const char *host = opts && opts->host ? opts->host : "127.0.0.1";
+  char host[INET6_ADDRSTRLEN] = "127.0.0.1";
+  if (size > 1) {
+    gang_store_options so = GANG_STORE_OPTIONS_INIT;
+    so.timeout_ms = timeout_ms;
+    GANG_CHECK_GOTO(gang_store_connect(store_addr, &so, &w->store), st, fail);
+    if (opts && opts->host)
+      snprintf(host, sizeof host, "%s", opts->host);
+    else
+      local_addr_toward(store_addr, host, sizeof host);
+  }
   gang__fabric_config cfg = {rank, size, w->store, host,
                              gang__deadline_in_ms(timeout_ms)};
   GANG_CHECK_GOTO(gang__fabric_create(&cfg, &w->fabric), st, fail);
@@ -471,9 +525,74 @@ gang_status gang_create_with_store(const gang_options *opts,
   if (st != GANG_OK)
     goto fail;
   gang__log_set_rank(rank);
+  GANG_INFO(INIT, "gang rank %d/%d ready (store %s, listening on %s)", rank,
+            size, size > 1 ? store_addr : "none", host);
   world_release(w); /* the gang holds its own reference now */
   return GANG_OK;
 fail:
   world_release(w);
   return st;
+}
+
+gang_status gang_create_with_store(const gang_options *opts,
+                                   const char *store_addr, int rank, int size,
+                                   gang_t **out) {
+  const char *fn = "gang_create_with_store";
+  GANG_ARG_CHECK(out != NULL, fn, "out is NULL");
+  GANG_ARG_CHECK(store_addr != NULL && *store_addr, fn, "store_addr is empty");
+  GANG_ARG_CHECK(size >= 1, fn, "size must be at least 1, but is %d", size);
+  GANG_ARG_CHECK(rank >= 0 && rank < size, fn,
+                 "rank must be in [0, %d), but is %d", size, rank);
+  return create(opts, store_addr, rank, size, NULL, out);
+}
+
+/* Without a launcher that hosts the store (gangrun sets GANG_STORE_ADDR),
+ * rank 0 hosts it at master_addr:master_port, as torch's rank 0 does. */
+static gang_status host_store(const gang_world_info *info,
+                              gang_store_server **out) {
+  gang_store_server_options so = GANG_STORE_SERVER_OPTIONS_INIT;
+  so.host = info->master_addr[0] ? info->master_addr : "127.0.0.1";
+  so.port = info->master_port;
+  gang_status st = gang_store_server_start(&so, out);
+  if (st != GANG_OK)
+    return gang__error_wrap(st,
+                            "rank 0 hosting the store at %s:%d (run under "
+                            "gangrun, or set GANG_STORE_ADDR to a running "
+                            "gang-store)",
+                            so.host, so.port);
+  return GANG_OK;
+}
+
+gang_status gang_create_default(const gang_options *opts, gang_t **out) {
+  const char *fn = "gang_create_default";
+  GANG_ARG_CHECK(out != NULL, fn, "out is NULL");
+  gang_world_info info = GANG_WORLD_INFO_INIT;
+  GANG_CHECK(gang_world_info_from_env(&info));
+  const char *base =
+      opts && opts->store_addr ? opts->store_addr : info.store_addr;
+  if (info.world_size > 1 && base[0] == '\0')
+    return gang__error(GANG_INVALID_ARGUMENT,
+                       "%s: world of %d ranks (from %s) but no rendezvous "
+                       "address: set MASTER_ADDR and MASTER_PORT or "
+                       "GANG_STORE_ADDR",
+                       fn, info.world_size,
+                       gang_world_source_name(info.source));
+  gang_store_server *server = NULL;
+  if (info.world_size > 1 && info.rank == 0 &&
+      getenv("GANG_STORE_ADDR") == NULL &&
+      (opts == NULL || opts->store_addr == NULL) &&
+      strncmp(base, "file://", 7) != 0) {
+    if (info.master_port == 0)
+      return gang__error(GANG_INVALID_ARGUMENT,
+                         "%s: rank 0 must host the store but MASTER_PORT is "
+                         "not set",
+                         fn);
+    GANG_CHECK(host_store(&info, &server));
+  }
+  /* Each run and each restart of it gets its own namespace, so keys of an
+   * earlier attempt cannot satisfy this one's waits. */
+  char addr[GANG_WORLD_URL_MAX + 200];
+  snprintf(addr, sizeof addr, "%s/gang/%s/%d", base,
+           info.run_id[0] ? info.run_id : "run", info.restart_count);
+  return create(opts, addr, info.rank, info.world_size, server, out);
 }

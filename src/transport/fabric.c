@@ -454,8 +454,8 @@ static void pull(gang__fabric *f, conn *c) {
 
 static void left_before(gang__fabric *f, conn *c) {
   char why[1024];
-  snprintf(why, sizeof why,
-           "%s left (destroyed its gang) before this transfer", c->name);
+  snprintf(why, sizeof why, "%s left (destroyed its gang) before this transfer",
+           c->name);
   fail_locked(f, GANG_PEER_LOST, why);
 }
 
@@ -902,6 +902,10 @@ gang_status gang__fabric_create(const gang__fabric_config *cfg,
   if (f->wakefd < 0) {
     st = gang__error_errno(GANG_SYSTEM, errno, "fabric: eventfd");
     goto fail;
+  }
+  if (cfg->size == 1) { /* nobody to meet */
+    *out = f;
+    return GANG_OK;
   }
   uint8_t token[16];
   GANG_CHECK_GOTO(world_token(f, cfg->store, token), st, fail);
