@@ -49,10 +49,12 @@ typedef struct gang_options {
   int64_t timeout_ms;     /* 0 = GANG_TIMEOUT (15 min); < 0 = none */
   const char *store_addr; /* NULL = from the environment (see below) */
   const char *host;       /* address peers reach this rank at; NULL = auto */
+  int check;              /* signature check of every collective: 1 on, -1 off,
+                             0 = GANG_CHECK */
 } gang_options;
 
 #define GANG_OPTIONS_INIT                                                      \
-  { sizeof(gang_options), {GANG_DEVICE_CPU, 0}, 0, NULL, NULL }
+  { sizeof(gang_options), {GANG_DEVICE_CPU, 0}, 0, NULL, NULL, 0 }
 
 /* ---- Creation and lifecycle -------------------------------------------- */
 

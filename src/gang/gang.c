@@ -43,6 +43,12 @@ gang_status gang__new(const gang__ops *ops, void *impl, int rank, int size,
   g->size = size;
   g->device = device;
   g->timeout_ms = timeout_ms;
+  int64_t check = 0;
+  if (gang__setting_int(GANG_SETTING_CHECK, &check) != GANG_OK) {
+    free(g);
+    return gang_last_status();
+  }
+  g->check = check != 0;
   atomic_init(&g->broken, GANG_OK);
   pthread_mutex_init(&g->mu, NULL);
   *out = g;
@@ -207,10 +213,92 @@ static gang_status validate(gang_t *g, const gang__coll *c, const char *fn) {
 /* ---- Post, wait, test ---------------------------------------------------- */
 
 static gang_status post(gang_t *g, const gang__coll *c, gang_work *w, bool heap,
+                        const char *fn);
+static gang_status wait_work(gang_work *w, int64_t timeout_ms);
+
+/* The signature of a collective: what every rank must agree on. */
+enum { SIG_KIND, SIG_COUNT, SIG_DTYPE, SIG_OP, SIG_ROOT, SIG_SEQ, SIG_N };
+
+static void describe_sig(const uint64_t *s, char *buf, size_t cap) {
+  int n =
+      snprintf(buf, cap, "%s #%llu count %llu %s",
+               gang__coll_name((gang__coll_kind)s[SIG_KIND]),
+               (unsigned long long)s[SIG_SEQ], (unsigned long long)s[SIG_COUNT],
+               gang_dtype_name((gang_dtype)s[SIG_DTYPE]));
+  if (n < 0 || (size_t)n >= cap)
+    return;
+  if (s[SIG_KIND] == GANG_COLL_ALL_REDUCE ||
+      s[SIG_KIND] == GANG_COLL_REDUCE_SCATTER)
+    snprintf(buf + n, cap - (size_t)n, " %s",
+             gang_reduce_op_name((gang_reduce_op)s[SIG_OP]));
+  else if (s[SIG_KIND] == GANG_COLL_BROADCAST)
+    snprintf(buf + n, cap - (size_t)n, " root %llu",
+             (unsigned long long)s[SIG_ROOT]);
+}
+
+/* With the check on, ranks all_gather the signature of the collective they
+ * are about to run and compare: a disagreement becomes GANG_MISMATCH that
+ * names the ranks and both signatures, instead of a hang or a size error
+ * deep in an algorithm. */
+static gang_status check_signature(gang_t *g, const gang__coll *c,
+                                   const char *fn) {
+  uint64_t mine[SIG_N] = {
+      (uint64_t)c->kind,
+      c->count,
+      (uint64_t)c->dtype,
+      (c->kind == GANG_COLL_ALL_REDUCE || c->kind == GANG_COLL_REDUCE_SCATTER)
+          ? (uint64_t)c->op
+          : 0,
+      c->kind == GANG_COLL_BROADCAST ? (uint64_t)c->root : 0,
+      g->ncoll};
+  size_t n = (size_t)g->size;
+  uint64_t *all = malloc(n * sizeof mine);
+  if (all == NULL)
+    return gang__error(GANG_NO_MEMORY, "%s: signature check: out of memory",
+                       fn);
+  gang__coll ag = {.kind = GANG_COLL_ALL_GATHER,
+                   .out = all,
+                   .in = mine,
+                   .count = SIG_N,
+                   .dtype = GANG_UINT64};
+  gang_work w;
+  bool saved = g->check;
+  g->check = false; /* the check's own all_gather is not checked */
+  gang_status st = post(g, &ag, &w, false, fn);
+  g->check = saved;
+  if (st == GANG_OK)
+    st = wait_work(&w, -1);
+  if (st != GANG_OK) {
+    free(all);
+    return st;
+  }
+  for (size_t r = 0; r < n; r++) {
+    if (memcmp(all + r * SIG_N, mine, sizeof mine) == 0)
+      continue;
+    char a[160], b[160];
+    describe_sig(mine, a, sizeof a);
+    describe_sig(all + r * SIG_N, b, sizeof b);
+    st = gang__error(GANG_MISMATCH,
+                     "%s: ranks disagree on the collective: rank %d calls %s, "
+                     "rank %zu calls %s",
+                     fn, g->rank, a, r, b);
+    free(all);
+    return gang__fail(g, st);
+  }
+  free(all);
+  return GANG_OK;
+}
+
+static gang_status post(gang_t *g, const gang__coll *c, gang_work *w, bool heap,
                         const char *fn) {
   GANG_ARG_CHECK(g != NULL, fn, "gang is NULL");
   GANG_CHECK(check_broken(g, fn));
   GANG_CHECK(validate(g, c, fn));
+  if (c->kind != GANG_COLL_SEND && c->kind != GANG_COLL_RECV) {
+    if (g->check)
+      GANG_CHECK(check_signature(g, c, fn));
+    g->ncoll++;
+  }
   memset(w, 0, offsetof(gang_work, inline_state));
   w->g = g;
   w->heap = heap;

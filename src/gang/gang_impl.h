@@ -73,6 +73,8 @@ struct gang {
   int size;
   gang_device device;
   int64_t timeout_ms; /* default deadline of blocking calls; < 0 = none */
+  bool check;         /* signature check before every collective */
+  uint64_t ncoll;     /* collectives posted (the signature's sequence) */
   atomic_int broken;  /* GANG_OK until the first failure (sticky) */
   pthread_mutex_t mu; /* guards error */
   char error[1024];   /* detail of the failure that broke the gang */

@@ -17,6 +17,7 @@
  * progress whenever any thread waits on the fabric. */
 #include <arpa/inet.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <netdb.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -381,6 +382,8 @@ static gang_status pg_subgang(gang_t *g, const int *ranks, int n, int index,
   gang_status st =
       pg_new(p->w, map, n, index, ctx, g->device, g->timeout_ms, out);
   free(map);
+  if (st == GANG_OK)
+    (*out)->check = g->check;
   return st;
 }
 
@@ -430,9 +433,13 @@ struct gang__fabric *gang__pg_fabric(gang_t *g) {
 /* ---- Creation
  * ---------------------------------------------------------------- */
 
-static int64_t opt_timeout(const gang_options *o) {
-  return o ? o->timeout_ms : 0;
-}
+/* A field of the caller's options, or `def` when the caller's struct is
+ * too old (smaller) to have it or there are no options. */
+#define OPT(o, field, def)                                                     \
+  ((o) != NULL &&                                                              \
+           (o)->size >= offsetof(gang_options, field) + sizeof((o)->field)     \
+       ? (o)->field                                                            \
+       : (def))
 
 /* The local address peers can reach this rank at: the one the kernel would
  * use to reach the store's host (a UDP "connect" sends nothing). Loopback
@@ -474,16 +481,15 @@ static void local_addr_toward(const char *store_addr, char *out, size_t cap) {
 static gang_status create(const gang_options *opts, const char *store_addr,
                           int rank, int size, gang_store_server *server,
                           gang_t **out) {
-  gang_device dev = {GANG_DEVICE_CPU, 0};
-  if (opts != NULL)
-    dev = opts->device;
+  gang_device cpu = {GANG_DEVICE_CPU, 0};
+  gang_device dev = OPT(opts, device, cpu);
   if (dev.type != GANG_DEVICE_CPU) {
     gang_store_server_stop(server);
     return gang__error(GANG_NOT_SUPPORTED,
                        "gang: only CPU gangs move data (device type %d)",
                        (int)dev.type);
   }
-  int64_t timeout_ms = opt_timeout(opts);
+  int64_t timeout_ms = OPT(opts, timeout_ms, 0);
   if (timeout_ms == 0) {
     gang_status st = gang__setting_int(GANG_SETTING_TIMEOUT, &timeout_ms);
     if (st != GANG_OK) {
@@ -505,8 +511,9 @@ static gang_status create(const gang_options *opts, const char *store_addr,
     gang_store_options so = GANG_STORE_OPTIONS_INIT;
     so.timeout_ms = timeout_ms;
     GANG_CHECK_GOTO(gang_store_connect(store_addr, &so, &w->store), st, fail);
-    if (opts && opts->host)
-      snprintf(host, sizeof host, "%s", opts->host);
+    const char *want = OPT(opts, host, NULL);
+    if (want != NULL)
+      snprintf(host, sizeof host, "%s", want);
     else
       local_addr_toward(store_addr, host, sizeof host);
   }
@@ -524,6 +531,8 @@ static gang_status create(const gang_options *opts, const char *store_addr,
   free(map);
   if (st != GANG_OK)
     goto fail;
+  if (OPT(opts, check, 0) != 0)
+    (*out)->check = OPT(opts, check, 0) > 0;
   gang__log_set_rank(rank);
   GANG_INFO(INIT, "gang rank %d/%d ready (store %s, listening on %s)", rank,
             size, size > 1 ? store_addr : "none", host);
@@ -568,8 +577,8 @@ gang_status gang_create_default(const gang_options *opts, gang_t **out) {
   GANG_ARG_CHECK(out != NULL, fn, "out is NULL");
   gang_world_info info = GANG_WORLD_INFO_INIT;
   GANG_CHECK(gang_world_info_from_env(&info));
-  const char *base =
-      opts && opts->store_addr ? opts->store_addr : info.store_addr;
+  const char *given = OPT(opts, store_addr, NULL);
+  const char *base = given ? given : info.store_addr;
   if (info.world_size > 1 && base[0] == '\0')
     return gang__error(GANG_INVALID_ARGUMENT,
                        "%s: world of %d ranks (from %s) but no rendezvous "
@@ -579,8 +588,7 @@ gang_status gang_create_default(const gang_options *opts, gang_t **out) {
                        gang_world_source_name(info.source));
   gang_store_server *server = NULL;
   if (info.world_size > 1 && info.rank == 0 &&
-      getenv("GANG_STORE_ADDR") == NULL &&
-      (opts == NULL || opts->store_addr == NULL) &&
+      getenv("GANG_STORE_ADDR") == NULL && given == NULL &&
       strncmp(base, "file://", 7) != 0) {
     if (info.master_port == 0)
       return gang__error(GANG_INVALID_ARGUMENT,

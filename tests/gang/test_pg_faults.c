@@ -254,6 +254,49 @@ static void test_mismatched_counts(void **state) {
   assert_int_equal(gt_run_ranks(2, mismatch_rank, NULL, 30000), 0);
 }
 
+/* ---- the signature check ------------------------------------------------ */
+
+static int checked_rank(int rank, int size, void *arg) {
+  (void)arg;
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d/faults%d", g_port, g_round);
+  gang_options o = GANG_OPTIONS_INIT;
+  o.timeout_ms = 30000;
+  o.check = 1;
+  gang_t *g = NULL;
+  RCHECK_OK(gang_create_with_store(&o, addr, rank, size, &g));
+  /* Agreeing calls pass the check, on the world and on a sub-gang. */
+  float x[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  RCHECK_OK(gang_all_reduce(g, x, 10, GANG_FLOAT32, GANG_SUM));
+  RCHECK(x[9] == 10.0f * size);
+  gang_t *sub = NULL;
+  RCHECK_OK(gang_split(g, 0, -rank, &sub));
+  RCHECK_OK(gang_broadcast(sub, x, 10, GANG_FLOAT32, 0));
+  gang_destroy(sub);
+  /* Rank 1 calls a broadcast where the others all_reduce: caught before
+   * any data moves, with both sides named. */
+  gang_status st;
+  if (rank == 1)
+    st = gang_broadcast(g, x, 10, GANG_FLOAT32, 0);
+  else
+    st = gang_all_reduce(g, x, 10, GANG_FLOAT32, GANG_MAX);
+  fprintf(stderr, "rank %d: %s: %s\n", rank, gang_status_name(st),
+          gang_last_error());
+  RCHECK(st == GANG_MISMATCH);
+  RCHECK(strstr(gang_last_error(), "broadcast") != NULL);
+  RCHECK(strstr(gang_last_error(), "all_reduce") != NULL);
+  RCHECK(strstr(gang_last_error(), "rank 1") != NULL);
+  RCHECK(gang_barrier(g) == GANG_MISMATCH); /* sticky */
+  gang_destroy(g);
+  return 0;
+}
+
+static void test_signature_check(void **state) {
+  (void)state;
+  g_round++;
+  assert_int_equal(gt_run_ranks(3, checked_rank, NULL, 30000), 0);
+}
+
 /* ---- a peer that sends garbage ---------------------------------------------
  */
 
@@ -311,6 +354,7 @@ int main(void) {
       GT_TEST(test_stopped_peer_times_out),
       GT_TEST(test_abort_from_thread),
       GT_TEST(test_mismatched_counts),
+      GT_TEST(test_signature_check),
       GT_TEST(test_garbage_from_peer),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
