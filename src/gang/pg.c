@@ -40,12 +40,16 @@
 /* Up to this many bytes all_reduce uses recursive doubling. */
 #define ALLREDUCE_RD_MAX (64 * 1024)
 
+/* Algorithm choices that GANG_ALGO can force. */
+typedef enum { AR_AUTO, AR_RING, AR_RD } ar_algo;
+
 typedef struct world {
   pthread_mutex_t mu;
   int refs;
   gang_store *store;
   gang_store_server *server; /* when rank 0 hosts the store itself */
   gang__fabric *fabric;
+  ar_algo allreduce; /* from GANG_ALGO */
 } world;
 
 typedef struct pg {
@@ -107,7 +111,9 @@ static gang_status execute(gang_t *g, gang_work *w) {
   case GANG_COLL_BARRIER:
     return algo_barrier_dissemination(&a);
   case GANG_COLL_ALL_REDUCE:
-    if (bytes <= ALLREDUCE_RD_MAX || c->count < (size_t)g->size)
+    if (p->w->allreduce == AR_RD ||
+        (p->w->allreduce == AR_AUTO &&
+         (bytes <= ALLREDUCE_RD_MAX || c->count < (size_t)g->size)))
       st = algo_allreduce_rd(&a, c->out, c->count, c->dtype, c->op);
     else
       st = algo_allreduce_ring(&a, c->out, c->count, c->dtype, c->op);
@@ -478,6 +484,40 @@ static void local_addr_toward(const char *store_addr, char *out, size_t cap) {
   freeaddrinfo(res);
 }
 
+/* Parses GANG_ALGO ("all_reduce=ring,..."). */
+static gang_status parse_algo(world *w) {
+  const char *text = gang__setting_str(GANG_SETTING_ALGO);
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", text);
+  char *save = NULL;
+  for (char *item = strtok_r(buf, ",", &save); item;
+       item = strtok_r(NULL, ",", &save)) {
+    char *eq = strchr(item, '=');
+    if (eq == NULL)
+      return gang__error(GANG_INVALID_ARGUMENT,
+                         "GANG_ALGO: '%s' is not op=algorithm", item);
+    *eq = '\0';
+    const char *algo = eq + 1;
+    if (strcmp(item, "all_reduce") != 0)
+      return gang__error(GANG_INVALID_ARGUMENT,
+                         "GANG_ALGO: no algorithm choice for '%s' (only "
+                         "all_reduce has one)",
+                         item);
+    if (strcmp(algo, "ring") == 0)
+      w->allreduce = AR_RING;
+    else if (strcmp(algo, "recursive_doubling") == 0)
+      w->allreduce = AR_RD;
+    else if (strcmp(algo, "auto") == 0)
+      w->allreduce = AR_AUTO;
+    else
+      return gang__error(GANG_INVALID_ARGUMENT,
+                         "GANG_ALGO: all_reduce has no algorithm '%s' (ring, "
+                         "recursive_doubling, auto)",
+                         algo);
+  }
+  return GANG_OK;
+}
+
 static gang_status create(const gang_options *opts, const char *store_addr,
                           int rank, int size, gang_store_server *server,
                           gang_t **out) {
@@ -506,6 +546,7 @@ static gang_status create(const gang_options *opts, const char *store_addr,
   w->refs = 1; /* the creation's own reference, dropped below */
   w->server = server;
   gang_status st;
+  GANG_CHECK_GOTO(parse_algo(w), st, fail);
   char host[INET6_ADDRSTRLEN] = "127.0.0.1";
   if (size > 1) {
     gang_store_options so = GANG_STORE_OPTIONS_INIT;

@@ -15,6 +15,7 @@
 #include "gang/store.h"
 
 static int g_port;
+static int g_round; /* a fresh store namespace per run */
 
 /* Value of element i on rank r for op, as a double (always a small
  * integer, exact in every dtype including float16/bfloat16 and int8). */
@@ -299,7 +300,8 @@ static void check_p2p_and_bytes(gang_t *g) {
 static int rank_main(int rank, int size, void *arg) {
   (void)arg;
   char addr[64];
-  snprintf(addr, sizeof addr, "127.0.0.1:%d/world%d", g_port, size);
+  snprintf(addr, sizeof addr, "127.0.0.1:%d/world%d-%d", g_port, size,
+           g_round);
   gang_options o = GANG_OPTIONS_INIT;
   o.timeout_ms = 60000;
   gang_t *g = NULL;
@@ -354,8 +356,20 @@ static void test_matrix(void **state) {
   int sizes[] = {1, 2, 3, 4, 5, 8};
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
     fprintf(stderr, "world size %d\n", sizes[i]);
+    g_round++;
     assert_int_equal(gt_run_ranks(sizes[i], rank_main, NULL, 240000), 0);
   }
+  /* Each all_reduce algorithm forced over every size and count. */
+  const char *algos[] = {"all_reduce=ring", "all_reduce=recursive_doubling"};
+  for (size_t a = 0; a < 2; a++) {
+    setenv("GANG_ALGO", algos[a], 1);
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+      fprintf(stderr, "%s, world size %d\n", algos[a], sizes[i]);
+      g_round++;
+      assert_int_equal(gt_run_ranks(sizes[i], rank_main, NULL, 240000), 0);
+    }
+  }
+  unsetenv("GANG_ALGO");
   gt_store_proc_stop(&srv);
 }
 
