@@ -191,13 +191,21 @@ static void child(const worker *w, int out, int err, pid_t parent,
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, NULL);
   execve(path, argv, env);
+  /* strerror may take a lock (gettext); print the number by hand. */
+  int e = errno;
+  char num[16];
+  int k = (int)sizeof num;
+  num[--k] = '\n';
+  do
+    num[--k] = (char)('0' + e % 10);
+  while ((e /= 10) > 0 && k > 0);
   const char *m1 = "gangrun: cannot execute ";
-  write(2, m1, strlen(m1));
-  write(2, path, strlen(path));
-  write(2, ": ", 2);
-  const char *m2 = strerror(errno); /* glibc: safe for a valid errno */
-  write(2, m2, strlen(m2));
-  write(2, "\n", 1);
+  const char *m2 = ": errno ";
+  ssize_t ignored = write(2, m1, strlen(m1));
+  ignored = write(2, path, strlen(path));
+  ignored = write(2, m2, strlen(m2));
+  ignored = write(2, num + k, sizeof num - (size_t)k);
+  (void)ignored;
   (void)w;
   _exit(127);
 }
