@@ -445,7 +445,7 @@ static void info_init(gang_world_info *w) {
 }
 
 static gang_status check_out(const char *fn, const gang_world_info *info) {
-  GANG_ARG_CHECK(info != NULL, "%s", "info is NULL", fn);
+  GANG_ARG_CHECK(info != NULL, fn, "info is NULL");
   if (info->size < WORLD_INFO_V1_SIZE)
     return gang__error(GANG_INVALID_ARGUMENT,
                        "%s: info->size is %zu, expected at least %zu (use "
