@@ -1,0 +1,627 @@
+/* gangrun end to end: it runs the built launcher over gangrun_worker (a
+ * helper whose argv picks a behaviour) and checks what workers see, the
+ * output relay, failure propagation, signals, restarts, the hosted store,
+ * usage errors, and that no worker outlives gangrun in any of these. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "harness/harness.h"
+
+#include "gang/status.h"
+
+#define TIMEOUT_MS 30000
+
+static char *gangrun_path;
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* A fresh directory for pid files. */
+static char *make_dir(void) {
+  char *d = strdup("/tmp/gangrun-test-XXXXXX");
+  assert_non_null(mkdtemp(d));
+  return d;
+}
+
+static void remove_dir(char *d) {
+  DIR *dir = opendir(d);
+  struct dirent *e;
+  while (dir && (e = readdir(dir)) != NULL) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+      continue;
+    char p[4096];
+    snprintf(p, sizeof p, "%s/%s", d, e->d_name);
+    struct stat st;
+    if (stat(p, &st) == 0 && S_ISDIR(st.st_mode))
+      remove_dir(strdup(p));
+    else
+      unlink(p);
+  }
+  if (dir)
+    closedir(dir);
+  rmdir(d);
+  free(d);
+}
+
+static int read_int_file(const char *dir, const char *what, int rank) {
+  char p[4096];
+  snprintf(p, sizeof p, "%s/%s.%d", dir, what, rank);
+  FILE *f = fopen(p, "r");
+  if (f == NULL)
+    return -1;
+  int v = -1;
+  if (fscanf(f, "%d", &v) != 1)
+    v = -1;
+  fclose(f);
+  return v;
+}
+
+/* True once pid is gone (or a zombie nobody of ours will reap). */
+static bool pid_gone(int pid) {
+  if (kill(pid, 0) != 0 && errno == ESRCH)
+    return true;
+  char p[64], buf[512];
+  snprintf(p, sizeof p, "/proc/%d/stat", pid);
+  FILE *f = fopen(p, "r");
+  if (f == NULL)
+    return true;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  char *rp = strrchr(buf, ')');
+  return rp != NULL && rp[1] == ' ' && rp[2] == 'Z';
+}
+
+/* Every recorded worker pid disappears within 5 s. */
+static void assert_workers_gone(const char *dir, int n) {
+  for (int r = 0; r < n; r++) {
+    int pid = read_int_file(dir, "pid", r);
+    if (pid <= 0)
+      continue;
+    int64_t deadline = now_ms() + 5000;
+    while (!pid_gone(pid) && now_ms() < deadline) {
+      struct timespec ts = {0, 5 * 1000 * 1000};
+      nanosleep(&ts, NULL);
+    }
+    if (!pid_gone(pid))
+      fail_msg("worker rank %d (pid %d) outlived gangrun", r, pid);
+  }
+}
+
+static int count_pid_files(const char *dir, int n) {
+  int c = 0;
+  for (int r = 0; r < n; r++)
+    c += read_int_file(dir, "pid", r) > 0;
+  return c;
+}
+
+/* Runs gangrun with args (NULL-terminated) and extra env; returns the wait
+ * status, output in *out. */
+static int run(char **out, const char *const *env, ...) {
+  char *argv[64];
+  int n = 0;
+  argv[n++] = gangrun_path;
+  va_list ap;
+  va_start(ap, env);
+  const char *a;
+  while ((a = va_arg(ap, const char *)) != NULL && n < 62)
+    argv[n++] = (char *)a;
+  va_end(ap);
+  argv[n] = NULL;
+  int st = gt_run_cmd(argv, (char *const *)env, out, TIMEOUT_MS);
+  if (st == -1)
+    fail_msg("gangrun timed out; output:\n%s", *out ? *out : "");
+  return st;
+}
+
+static int exit_code(int st) {
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 1000 + WTERMSIG(st);
+}
+
+static void must_contain(const char *out, const char *what) {
+  if (strstr(out, what) == NULL)
+    fail_msg("output lacks '%s'; output:\n%s", what, out);
+}
+
+static void must_not_contain(const char *out, const char *what) {
+  if (strstr(out, what) != NULL)
+    fail_msg("output has '%s'; output:\n%s", what, out);
+}
+
+/* The value of "ENV NAME=" in rank r's lines. */
+static char *env_of(const char *out, int rank, const char *name) {
+  char pat[128];
+  snprintf(pat, sizeof pat, "[rank%d]:ENV %s=", rank, name);
+  const char *p = strstr(out, pat);
+  if (p == NULL)
+    fail_msg("no %s for rank %d in:\n%s", name, rank, out);
+  p += strlen(pat);
+  return strndup(p, strcspn(p, "\n"));
+}
+
+static void test_env_seen(void **state) {
+  (void)state;
+  char *out = NULL;
+  int st = run(&out, NULL, "--standalone", "--nproc_per_node=3", "--run-id",
+               "myrun", "--max-restarts", "4", GR_WORKER, "env", NULL);
+  assert_int_equal(exit_code(st), 0);
+  char *secret0 = env_of(out, 0, "GANG_STORE_SECRET");
+  char *addr0 = env_of(out, 0, "GANG_STORE_ADDR");
+  char *port0 = env_of(out, 0, "MASTER_PORT");
+  assert_int_equal(strlen(secret0), 64);
+  assert_int_equal(strspn(secret0, "0123456789abcdef"), 64);
+  assert_true(atoi(port0) > 0);
+  char want_addr[64];
+  snprintf(want_addr, sizeof want_addr, "127.0.0.1:%s", port0);
+  assert_string_equal(addr0, want_addr);
+  for (int r = 0; r < 3; r++) {
+    struct {
+      const char *name;
+      const char *want;
+    } checks[] = {{"WORLD_SIZE", "3"},
+                  {"LOCAL_WORLD_SIZE", "3"},
+                  {"GROUP_RANK", "0"},
+                  {"GROUP_WORLD_SIZE", "1"},
+                  {"MASTER_ADDR", "127.0.0.1"},
+                  {"MASTER_PORT", port0},
+                  {"GANG_RESTART_COUNT", "0"},
+                  {"GANG_MAX_RESTARTS", "4"},
+                  {"GANG_RUN_ID", "myrun"},
+                  {"TORCHELASTIC_RUN_ID", "myrun"},
+                  {"GANG_STORE_SECRET", secret0},
+                  {"GANG_STORE_ADDR", addr0},
+                  {"OMP_NUM_THREADS", "1"}};
+    for (size_t i = 0; i < sizeof checks / sizeof checks[0]; i++) {
+      char *v = env_of(out, r, checks[i].name);
+      if (strcmp(v, checks[i].want) != 0)
+        fail_msg("rank %d: %s=%s, want %s", r, checks[i].name, v,
+                 checks[i].want);
+      free(v);
+    }
+    char want[256];
+    snprintf(want, sizeof want, "[rank%d]:ENV RANK=%d\n", r, r);
+    must_contain(out, want);
+    snprintf(want, sizeof want, "[rank%d]:ENV LOCAL_RANK=%d\n", r, r);
+    must_contain(out, want);
+    /* The library reads the same world back. */
+    snprintf(want, sizeof want,
+             "[rank%d]:WORLD source=torchrun rank=%d size=3 local=%d/3 "
+             "node=0/1 store=%s run=myrun restart=0\n",
+             r, r, r, addr0);
+    must_contain(out, want);
+  }
+  free(secret0);
+  free(addr0);
+  free(port0);
+  free(out);
+
+  /* Flags from GANG_<FLAG> variables; a given secret is kept; the flag
+   * beats the variable. */
+  const char *env2[] = {"GANG_NPROC_PER_NODE=2",
+                        "GANG_MASTER_PORT=0",
+                        "GANG_STORE_SECRET=s3cret",
+                        "GANG_MAX_RESTARTS=1",
+                        "RANK=77",
+                        NULL};
+  st = run(&out, env2, "--max-restarts", "2", GR_WORKER, "env", NULL);
+  assert_int_equal(exit_code(st), 0);
+  must_contain(out, "[rank1]:ENV WORLD_SIZE=2\n");
+  must_contain(out, "[rank1]:ENV RANK=1\n");
+  must_contain(out, "[rank0]:ENV GANG_STORE_SECRET=s3cret\n");
+  must_contain(out, "[rank0]:ENV GANG_MAX_RESTARTS=2\n");
+  must_not_contain(out, "[rank2]");
+  free(out);
+
+  /* Multi-node shape (node 1 of 2, not hosting the store). */
+  const char *env3[] = {"GANG_STORE_SECRET=abc", NULL};
+  st = run(&out, env3, "--nnodes", "2:2", "--node-rank", "1",
+           "--nproc-per-node", "2", "--master-addr", "10.9.8.7",
+           "--master-port", "29999", GR_WORKER, "env", NULL);
+  assert_int_equal(exit_code(st), 0);
+  must_contain(out, "[rank3]:ENV RANK=3\n");
+  must_contain(out, "[rank3]:ENV LOCAL_RANK=1\n");
+  must_contain(out, "[rank2]:ENV WORLD_SIZE=4\n");
+  must_contain(out, "[rank2]:ENV GROUP_RANK=1\n");
+  must_contain(out, "[rank2]:ENV GANG_STORE_ADDR=10.9.8.7:29999\n");
+  must_contain(out, "[rank2]:ENV GANG_RUN_ID=gangrun-10.9.8.7-29999\n");
+  must_contain(out, "[rank3]:WORLD source=torchrun rank=3 size=4 local=1/2 "
+                    "node=1/2");
+  free(out);
+}
+
+/* Each line of out must be a whole line of one rank. */
+static void check_lines(const char *out, int nranks, bool want_err,
+                        const bool *shown) {
+  int seen[16][6] = {{0}};
+  const char *p = out;
+  while (*p) {
+    const char *nl = strchr(p, '\n');
+    size_t len = nl ? (size_t)(nl - p) : strlen(p);
+    int r = -1, pre = 0;
+    if (sscanf(p, "[rank%d]:%n", &r, &pre) != 1 || pre == 0 || r < 0 ||
+        r >= nranks)
+      fail_msg("stray line '%.*s'", (int)(len > 80 ? 80 : len), p);
+    const char *body = p + pre;
+    size_t bl = len - (size_t)pre;
+    if (bl == 3 && memcmp(body, "abc", 3) == 0)
+      seen[r][0]++;
+    else if (bl == 3 && memcmp(body, "def", 3) == 0)
+      seen[r][1]++;
+    else if (bl == 65536 && strspn(body, "x") >= bl)
+      seen[r][2]++;
+    else if (bl == 100000 - 65536 && strspn(body, "x") >= bl)
+      seen[r][3]++;
+    else if (bl == 4 && memcmp(body, "tail", 4) == 0)
+      seen[r][4]++;
+    else if (bl == 8 && memcmp(body, "err line", 8) == 0)
+      seen[r][5]++;
+    else
+      fail_msg("rank %d: mangled line of %zu bytes '%.40s'", r, bl, body);
+    p += len + (nl != NULL);
+  }
+  for (int r = 0; r < nranks; r++)
+    for (int k = 0; k < 6; k++) {
+      int want = shown[r] ? (k == 5 ? want_err : 1) : 0;
+      if (seen[r][k] != want)
+        fail_msg("rank %d: line kind %d seen %d times, want %d", r, k,
+                 seen[r][k], want);
+    }
+}
+
+static void test_output_prefix(void **state) {
+  (void)state;
+  char *out = NULL;
+  int st = run(&out, NULL, "--standalone", "--nproc-per-node", "4", GR_WORKER,
+               "lines", NULL);
+  assert_int_equal(exit_code(st), 0);
+  bool all[4] = {true, true, true, true};
+  check_lines(out, 4, true, all);
+  free(out);
+
+  st = run(&out, NULL, "--standalone", "--nproc-per-node", "4",
+           "--local-ranks-filter", "1,3", "--tee", "1", GR_WORKER, "lines",
+           NULL);
+  assert_int_equal(exit_code(st), 0);
+  bool some[4] = {false, true, false, true};
+  check_lines(out, 4, false, some);
+  free(out);
+
+  /* --log-dir: raw per-rank files, and --tee 0 keeps the console quiet. */
+  char *dir = make_dir();
+  st = run(&out, NULL, "--standalone", "--nproc-per-node", "2", "--log-dir",
+           dir, "--tee", "0", GR_WORKER, "lines", NULL);
+  assert_int_equal(exit_code(st), 0);
+  assert_string_equal(out, "");
+  char p[4200];
+  snprintf(p, sizeof p, "%s/attempt_0/rank1.stdout.log", dir);
+  FILE *f = fopen(p, "r");
+  assert_non_null(f);
+  char head[8] = {0};
+  assert_int_equal(fread(head, 1, 7, f), 7);
+  assert_string_equal(head, "abc\ndef");
+  fseek(f, 0, SEEK_END);
+  assert_int_equal(ftell(f), 8 + 100001 + 4);
+  fclose(f);
+  snprintf(p, sizeof p, "%s/attempt_0/rank0.stderr.log", dir);
+  f = fopen(p, "r");
+  assert_non_null(f);
+  char line[32] = {0};
+  assert_non_null(fgets(line, sizeof line, f));
+  assert_string_equal(line, "err line\n");
+  fclose(f);
+  remove_dir(dir);
+  free(out);
+}
+
+static void test_failure(void **state) {
+  (void)state;
+  char *dir = make_dir();
+  char envd[4200];
+  snprintf(envd, sizeof envd, "GR_DIR=%s", dir);
+  const char *env[] = {envd, NULL};
+  char *out = NULL;
+  int st = run(&out, env, "--standalone", "--nproc-per-node", "3", GR_WORKER,
+               "fail", "1", "7", NULL);
+  assert_int_equal(exit_code(st), 7);
+  must_contain(out, "root cause (first failure): rank 1 (local_rank 1), pid ");
+  must_contain(out, "exit code 7");
+  must_contain(out, "exiting with status 7");
+  must_not_contain(out, "also failed"); /* the stopped ones are not causes */
+  assert_int_equal(count_pid_files(dir, 3), 2);
+  /* The others were stopped with SIGTERM (they record it). */
+  assert_int_equal(read_int_file(dir, "term", 0), 1);
+  assert_int_equal(read_int_file(dir, "term", 2), 1);
+  assert_workers_gone(dir, 3);
+  free(out);
+  remove_dir(dir);
+
+  /* Death by signal: 128 + SIGKILL, and the summary names it. */
+  dir = make_dir();
+  snprintf(envd, sizeof envd, "GR_DIR=%s", dir);
+  st = run(&out, env, "--standalone", "--nproc-per-node", "2", GR_WORKER,
+           "crash", "0", NULL);
+  assert_int_equal(exit_code(st), 128 + SIGKILL);
+  must_contain(out, "rank 0 (local_rank 0)");
+  must_contain(out, "signal 9 (SIGKILL)");
+  assert_workers_gone(dir, 2);
+  free(out);
+  remove_dir(dir);
+}
+
+/* A worker ignoring SIGTERM after another failed: SIGKILL after grace. */
+static void test_term_grace(void **state) {
+  (void)state;
+  char *dir = make_dir();
+  char envd[4200];
+  snprintf(envd, sizeof envd, "GR_DIR=%s", dir);
+  const char *env[] = {envd, "GR_IGNORE_TERM=1", NULL};
+  char *out = NULL;
+  int st = run(&out, env, "--standalone", "--nproc-per-node", "3",
+               "--term-grace", "200ms", GR_WORKER, "fail", "2", "5", NULL);
+  assert_int_equal(exit_code(st), 5);
+  assert_int_equal(count_pid_files(dir, 3), 2);
+  assert_int_equal(read_int_file(dir, "term", 0), -1); /* never saw it */
+  assert_workers_gone(dir, 3);
+  free(out);
+  remove_dir(dir);
+}
+
+/* Starts gangrun in the background with output to a memfd. */
+static pid_t start(int *outfd, const char *dir, char *const argv[]) {
+  *outfd = memfd_create("gangrun-out", MFD_CLOEXEC);
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(*outfd, 1);
+    dup2(*outfd, 2);
+    setenv("GR_DIR", dir, 1);
+    execv(argv[0], argv);
+    _exit(127);
+  }
+  return pid;
+}
+
+static char *slurp(int fd) {
+  off_t n = lseek(fd, 0, SEEK_END);
+  char *s = calloc(1, (size_t)n + 1);
+  pread(fd, s, (size_t)n, 0);
+  return s;
+}
+
+/* Waits for pid with a deadline; SIGKILLs it on expiry (and fails). */
+static int wait_for(pid_t pid, int outfd) {
+  int64_t deadline = now_ms() + TIMEOUT_MS;
+  int st;
+  for (;;) {
+    pid_t r = waitpid(pid, &st, WNOHANG);
+    if (r == pid)
+      return st;
+    if (now_ms() > deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &st, 0);
+      char *o = slurp(outfd);
+      fail_msg("gangrun did not exit; output:\n%s", o);
+    }
+    struct timespec ts = {0, 2 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+static void wait_pid_files(const char *dir, int n, pid_t gr, int outfd) {
+  int64_t deadline = now_ms() + TIMEOUT_MS;
+  while (count_pid_files(dir, n) < n) {
+    if (now_ms() > deadline || waitpid(gr, NULL, WNOHANG) == gr) {
+      kill(gr, SIGKILL);
+      waitpid(gr, NULL, 0);
+      fail_msg("workers did not start; output:\n%s", slurp(outfd));
+    }
+    struct timespec ts = {0, 2 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+static void test_signal_forwarding(void **state) {
+  (void)state;
+  int sigs[] = {SIGTERM, SIGINT};
+  for (int k = 0; k < 2; k++) {
+    char *dir = make_dir();
+    char *argv[] = {gangrun_path, "--standalone", "--nproc-per-node",
+                    "3",          GR_WORKER,      "wait",
+                    NULL};
+    int outfd;
+    pid_t gr = start(&outfd, dir, argv);
+    wait_pid_files(dir, 3, gr, outfd);
+    kill(gr, sigs[k]);
+    int st = wait_for(gr, outfd);
+    char *out = slurp(outfd);
+    if (exit_code(st) != 128 + sigs[k])
+      fail_msg("exit %d; output:\n%s", exit_code(st), out);
+    must_contain(out, "stopped by SIG");
+    if (sigs[k] == SIGTERM)
+      /* The workers got the very signal (they only handle SIGTERM). */
+      for (int r = 0; r < 3; r++)
+        assert_int_equal(read_int_file(dir, "term", r), 1);
+    assert_workers_gone(dir, 3);
+    free(out);
+    close(outfd);
+    remove_dir(dir);
+  }
+
+  /* A second signal kills workers that ignore the first. */
+  char *dir = make_dir();
+  char *argv[] = {gangrun_path, "--standalone", "--nproc-per-node",
+                  "2",          "--term-grace", "1h",
+                  GR_WORKER,    "wait",         "ignore-term",
+                  NULL};
+  int outfd;
+  pid_t gr = start(&outfd, dir, argv);
+  wait_pid_files(dir, 2, gr, outfd);
+  kill(gr, SIGTERM);
+  kill(gr, SIGINT);
+  int st = wait_for(gr, outfd);
+  close(outfd);
+  /* Both may be pending at once; the lower-numbered one is read first. */
+  assert_true(exit_code(st) == 128 + SIGTERM || exit_code(st) == 128 + SIGINT);
+  assert_workers_gone(dir, 2);
+  remove_dir(dir);
+}
+
+/* gangrun killed outright: its workers die with it (PR_SET_PDEATHSIG). */
+static void test_no_orphans_on_sigkill(void **state) {
+  (void)state;
+  char *dir = make_dir();
+  char *argv[] = {gangrun_path, "--standalone", "--nproc-per-node", "3",
+                  GR_WORKER,    "wait",         "ignore-term",      NULL};
+  int outfd;
+  pid_t gr = start(&outfd, dir, argv);
+  wait_pid_files(dir, 3, gr, outfd);
+  kill(gr, SIGKILL);
+  int st = wait_for(gr, outfd);
+  assert_true(WIFSIGNALED(st));
+  assert_workers_gone(dir, 3);
+  close(outfd);
+  remove_dir(dir);
+}
+
+static void test_restarts(void **state) {
+  (void)state;
+  char *out = NULL;
+  int st = run(&out, NULL, "--standalone", "--nproc-per-node", "2",
+               "--max-restarts", "2", GR_WORKER, "failonce", "1", "3", NULL);
+  assert_int_equal(exit_code(st), 0);
+  must_contain(out, "[rank1]:restart=0\n");
+  must_contain(out, "[rank1]:restart=1\n");
+  must_contain(out, "[rank0]:restart=1\n");
+  must_not_contain(out, "restart=2");
+  must_contain(out, "root cause (first failure): rank 1");
+  must_contain(out, "restarting the worker group (restart 1 of 2)");
+  free(out);
+
+  st = run(&out, NULL, "--standalone", "--nproc-per-node", "2", GR_WORKER,
+           "failonce", "1", "3", NULL);
+  assert_int_equal(exit_code(st), 3);
+  must_not_contain(out, "restarting");
+  free(out);
+}
+
+static void test_store(void **state) {
+  (void)state;
+  char *out = NULL;
+  /* Restarted workers find the same store (keys are per restart). */
+  int st = run(&out, NULL, "--standalone", "--nproc-per-node", "4", GR_WORKER,
+               "store", NULL);
+  if (exit_code(st) != 0)
+    fail_msg("exit %d:\n%s", exit_code(st), out);
+  for (int r = 0; r < 4; r++) {
+    char want[64];
+    snprintf(want, sizeof want, "[rank%d]:STORE OK size=4\n", r);
+    must_contain(out, want);
+  }
+  free(out);
+
+  st = run(&out, NULL, "--standalone", "--nproc-per-node", "1", GR_WORKER,
+           "store-nosecret", NULL);
+  assert_int_equal(exit_code(st), 0);
+  must_contain(out, "[rank0]:AUTH REFUSED AUTH");
+  free(out);
+}
+
+static void test_bad_flags(void **state) {
+  (void)state;
+  struct {
+    const char *env;
+    const char *args[6];
+    const char *want;
+  } cases[] = {
+      {NULL, {"--bogus", GR_WORKER}, "'--bogus'"},
+      {NULL, {"-x", GR_WORKER}, "'-x'"},
+      {NULL, {"--nproc-per-node", "x", GR_WORKER}, "--nproc-per-node: 'x'"},
+      {NULL, {"--nproc-per-node=0", GR_WORKER}, "--nproc-per-node: '0'"},
+      {NULL, {"--nnodes", "1:2", GR_WORKER}, "--nnodes: '1:2'"},
+      {NULL,
+       {"--nnodes", "2", "--node-rank", "2", GR_WORKER},
+       "--node-rank: '2'"},
+      {NULL, {"--tee", "5", GR_WORKER}, "--tee: '5'"},
+      {NULL,
+       {"--nproc-per-node", "2", "--local-ranks-filter", "0,2", GR_WORKER},
+       "--local-ranks-filter"},
+      {NULL, {"--local-ranks-filter", "a", GR_WORKER}, "--local-ranks-filter"},
+      {NULL, {"--master-port", "70000", GR_WORKER}, "--master-port: '70000'"},
+      {NULL, {"--rdzv-endpoint", "h:x", GR_WORKER}, "--rdzv-endpoint port"},
+      {NULL, {"--term-grace", "soon", GR_WORKER}, "--term-grace: 'soon'"},
+      {NULL,
+       {"--nnodes", "2", "--master-port", "0", GR_WORKER},
+       "--master-port 0"},
+      {NULL, {"--standalone", "--nnodes", "2", GR_WORKER}, "--standalone"},
+      {NULL, {"--standalone"}, "no program"},
+      {NULL, {"--max-restarts"}, "'--max-restarts' needs a value"},
+      {"GANG_NNODES=abc", {GR_WORKER}, "GANG_NNODES: 'abc'"},
+      {"GANG_TEE=9", {GR_WORKER}, "GANG_TEE: '9'"},
+      {"GANG_STANDALONE=maybe", {GR_WORKER}, "GANG_STANDALONE: 'maybe'"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char *argv[10];
+    int n = 0;
+    argv[n++] = gangrun_path;
+    for (int k = 0; cases[i].args[k]; k++)
+      argv[n++] = (char *)cases[i].args[k];
+    argv[n] = NULL;
+    const char *env[] = {cases[i].env, NULL};
+    char *out = NULL;
+    int st = gt_run_cmd(argv, cases[i].env ? (char *const *)env : NULL, &out,
+                        TIMEOUT_MS);
+    if (exit_code(st) != 2 || strstr(out, cases[i].want) == NULL)
+      fail_msg("case %zu: exit %d, output '%s', want 2 and '%s'", i,
+               exit_code(st), out, cases[i].want);
+    free(out);
+  }
+  char *out = NULL;
+  char *help[] = {gangrun_path, "--help", NULL};
+  assert_int_equal(exit_code(gt_run_cmd(help, NULL, &out, TIMEOUT_MS)), 0);
+  must_contain(out, "--nproc-per-node");
+  free(out);
+  char *missing[] = {gangrun_path, "--standalone", "no-such-program-xyz", NULL};
+  assert_int_equal(exit_code(gt_run_cmd(missing, NULL, &out, TIMEOUT_MS)), 127);
+  must_contain(out, "no-such-program-xyz: command not found");
+  free(out);
+  /* A program found on PATH, --flag=value for a port, "--" separator. */
+  char *path_prog[] = {gangrun_path, "--master-port=0", "--", "true", NULL};
+  assert_int_equal(exit_code(gt_run_cmd(path_prog, NULL, &out, TIMEOUT_MS)), 0);
+  free(out);
+}
+
+int main(void) {
+  gangrun_path = gt_tool_path("gangrun");
+  /* Hermetic: nothing of an enclosing launcher or job script leaks in. */
+  static const char *clear[] = {
+      "GANG_STORE_SECRET",       "GANG_NPROC_PER_NODE", "GANG_NNODES",
+      "GANG_NODE_RANK",          "GANG_MASTER_ADDR",    "GANG_MASTER_PORT",
+      "GANG_STANDALONE",         "GANG_RDZV_ENDPOINT",  "GANG_RDZV_ID",
+      "GANG_MAX_RESTARTS",       "GANG_LOG_DIR",        "GANG_TEE",
+      "GANG_LOCAL_RANKS_FILTER", "GANG_TERM_GRACE",     "GANG_NO_STORE",
+      "OMP_NUM_THREADS",         "GANG_DEBUG"};
+  for (size_t i = 0; i < sizeof clear / sizeof clear[0]; i++)
+    unsetenv(clear[i]);
+  const struct CMUnitTest tests[] = {
+      GT_TEST(test_env_seen),          GT_TEST(test_output_prefix),
+      GT_TEST(test_failure),           GT_TEST(test_term_grace),
+      GT_TEST(test_signal_forwarding), GT_TEST(test_no_orphans_on_sigkill),
+      GT_TEST(test_restarts),          GT_TEST(test_store),
+      GT_TEST(test_bad_flags),
+  };
+  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  free(gangrun_path);
+  return rc;
+}
