@@ -1,0 +1,53 @@
+/* Helpers shared by the algorithms. */
+#include "algo.h"
+
+#include <stdlib.h>
+
+#include "core/error.h"
+
+gang_status algo_scratch(algo_ctx *a, size_t bytes, void **out) {
+  if (*a->scratch_cap < bytes) {
+    void *p = realloc(*a->scratch, bytes);
+    if (p == NULL)
+      return gang__error(GANG_NO_MEMORY,
+                         "%s: cannot allocate %zu bytes of "
+                         "scratch",
+                         a->what, bytes);
+    *a->scratch = p;
+    *a->scratch_cap = bytes;
+  }
+  *out = *a->scratch;
+  return GANG_OK;
+}
+
+gang_status algo_sendrecv(algo_ctx *a, int to, const void *sbuf, size_t slen,
+                          int from, void *rbuf, size_t rlen, uint32_t tag) {
+  gang__xfer x[2];
+  int n = 0;
+  if (to >= 0)
+    x[n++] = (gang__xfer){.peer = a->world[to],
+                          .send = true,
+                          .tag = tag,
+                          .ctx = a->ctx,
+                          .seq = a->seq,
+                          .buf = (void *)sbuf,
+                          .len = slen};
+  if (from >= 0)
+    x[n++] = (gang__xfer){.peer = a->world[from],
+                          .send = false,
+                          .tag = tag,
+                          .ctx = a->ctx,
+                          .seq = a->seq,
+                          .buf = rbuf,
+                          .len = rlen};
+  if (n == 0)
+    return GANG_OK;
+  return gang__fabric_run(a->f, x, n, a->deadline, a->what);
+}
+
+void algo_block(size_t count, int parts, int i, size_t *off, size_t *len) {
+  size_t base = count / (size_t)parts, extra = count % (size_t)parts;
+  size_t ui = (size_t)i;
+  *off = ui * base + (ui < extra ? ui : extra);
+  *len = base + (ui < extra ? 1 : 0);
+}

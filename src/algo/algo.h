@@ -1,0 +1,69 @@
+/* Collective algorithms over the fabric. Each algorithm is straight-line
+ * code in its own file: a sequence of steps, each a small set of sends and
+ * receives run together by gang__fabric_run (so a step that sends to one
+ * peer and receives from another uses both directions of the links at
+ * once). Costs in the alpha-beta model are in docs/algorithms.md. */
+#ifndef GANG_ALGO_H
+#define GANG_ALGO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gang/types.h"
+#include "transport/fabric.h"
+
+/* What an algorithm needs to know about the gang and the call. */
+typedef struct algo_ctx {
+  gang__fabric *f;
+  int rank;         /* in the gang */
+  int size;         /* of the gang */
+  const int *world; /* gang rank -> fabric rank */
+  uint64_t ctx;     /* the gang's context id */
+  uint64_t seq;     /* the collective's sequence number */
+  int64_t deadline;
+  const char *what; /* "all_reduce #12" */
+  /* Reusable scratch owned by the gang (grown on demand, never shrunk), so
+   * steady-state collectives allocate nothing. */
+  void **scratch;
+  size_t *scratch_cap;
+} algo_ctx;
+
+/* Scratch of at least `bytes` bytes. */
+gang_status algo_scratch(algo_ctx *a, size_t bytes, void **out);
+
+/* One step: send `slen` bytes to gang rank `to` (skip when to < 0) and
+ * receive exactly `rlen` bytes from gang rank `from` (skip when from < 0),
+ * both with tag `tag`. */
+gang_status algo_sendrecv(algo_ctx *a, int to, const void *sbuf, size_t slen,
+                          int from, void *rbuf, size_t rlen, uint32_t tag);
+
+/* Splits `count` elements into `parts` nearly equal blocks: block i starts
+ * at *off and has *len elements (the first count % parts blocks get one
+ * more). */
+void algo_block(size_t count, int parts, int i, size_t *off, size_t *len);
+
+/* all_reduce */
+gang_status algo_allreduce_ring(algo_ctx *a, void *buf, size_t count,
+                                gang_dtype dt, gang_reduce_op op);
+gang_status algo_allreduce_rd(algo_ctx *a, void *buf, size_t count,
+                              gang_dtype dt, gang_reduce_op op);
+/* reduce_scatter over the ring: on return, block `rank` of buf (split by
+ * algo_block into `size` parts) holds the reduction over all ranks; other
+ * blocks hold partial sums. */
+gang_status algo_reduce_scatter_ring_inplace(algo_ctx *a, void *buf,
+                                             size_t count, gang_dtype dt,
+                                             gang_reduce_op op, uint32_t tag0);
+/* all_gather over the ring of variable blocks (algo_block of count into
+ * size parts) already in place in buf. */
+gang_status algo_allgather_ring_inplace(algo_ctx *a, void *buf, size_t count,
+                                        gang_dtype dt, uint32_t tag0);
+/* broadcast */
+gang_status algo_bcast_binomial(algo_ctx *a, void *buf, size_t bytes, int root);
+/* all_gather of equal blocks of `bytes` bytes into out (rank order). */
+gang_status algo_allgather_ring(algo_ctx *a, void *out, size_t bytes);
+/* all_to_all of equal blocks of `bytes` bytes. */
+gang_status algo_alltoall_pairwise(algo_ctx *a, void *out, const void *in,
+                                   size_t bytes);
+gang_status algo_barrier_dissemination(algo_ctx *a);
+
+#endif

@@ -1,0 +1,647 @@
+/* The process-group gang: collectives over the world's fabric.
+ *
+ * A world (store connection, optional embedded store server, fabric) is
+ * shared by the world gang and every sub-gang made from it, and freed when
+ * the last of them is destroyed. Each gang has a context id (sub-gangs
+ * derive theirs from the parent's id and a counter that every parent rank
+ * advances in the same order, so no communication is needed to agree on
+ * it) and a sequence number per collective.
+ *
+ * Collectives of one gang run one at a time in posting order: a blocking
+ * call runs its collective on the calling thread (no hand-off, so no
+ * wake-up latency); _post calls queue it for the gang's worker thread,
+ * started on first use, so it progresses while the caller computes. A wait
+ * on queued work may also run it itself. Point-to-point operations are not
+ * queued: they register with the fabric at post time (so a posted receive
+ * and a posted send to the same peer cannot deadlock each other) and
+ * progress whenever any thread waits on the fabric. */
+#include <arpa/inet.h>
+#include <inttypes.h>
+#include <stddef.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "algo/algo.h"
+#include "core/clock.h"
+#include "core/config.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/reduce.h"
+#include "core/sock.h"
+#include "gang/env.h"
+#include "gang_impl.h"
+#include "transport/fabric.h"
+
+#define P2P_CTX_BIT (1ull << 63)
+/* Up to this many bytes all_reduce uses recursive doubling. */
+#define ALLREDUCE_RD_MAX (64 * 1024)
+
+/* Algorithm choices that GANG_ALGO can force. */
+typedef enum { AR_AUTO, AR_RING, AR_RD } ar_algo;
+
+typedef struct world {
+  pthread_mutex_t mu;
+  int refs;
+  gang_store *store;
+  gang_store_server *server; /* when rank 0 hosts the store itself */
+  gang__fabric *fabric;
+  ar_algo allreduce; /* from GANG_ALGO */
+} world;
+
+typedef struct pg {
+  world *w;
+  int *map; /* gang rank -> world rank */
+  uint64_t ctx;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  uint64_t seq;      /* collectives posted */
+  uint64_t subgangs; /* sub-gangs created (a collective counter) */
+  gang_work *q_head, *q_tail;
+  bool running; /* a collective is executing */
+  bool has_thread, stop;
+  pthread_t thread;
+  void *scratch[2];
+  size_t scratch_cap[2];
+} pg;
+
+static void world_release(world *w) {
+  if (w == NULL)
+    return;
+  pthread_mutex_lock(&w->mu);
+  int left = --w->refs;
+  pthread_mutex_unlock(&w->mu);
+  if (left > 0)
+    return;
+  gang__fabric_destroy(w->fabric);
+  gang_store_close(w->store);
+  gang_store_server_stop(w->server);
+  pthread_mutex_destroy(&w->mu);
+  free(w);
+}
+
+/* ---- Executing one collective ----------------------------------------------
+ */
+
+static gang_status execute(gang_t *g, gang_work *w) {
+  pg *p = g->impl;
+  const gang__coll *c = &w->coll;
+  char what[64];
+  snprintf(what, sizeof what, "%s #%" PRIu64 " (gang rank %d/%d)",
+           gang__coll_name(c->kind), w->seq, g->rank, g->size);
+  algo_ctx a = {
+      .f = p->w->fabric,
+      .rank = g->rank,
+      .size = g->size,
+      .world = p->map,
+      .ctx = p->ctx,
+      .seq = w->seq,
+      .deadline = gang__deadline_in_ms(g->timeout_ms),
+      .what = what,
+      .scratch = &p->scratch[0],
+      .scratch_cap = &p->scratch_cap[0],
+  };
+  size_t es = gang_dtype_size(c->dtype);
+  size_t bytes = c->count * es;
+  gang_status st = GANG_OK;
+  switch (c->kind) {
+  case GANG_COLL_BARRIER:
+    return algo_barrier_dissemination(&a);
+  case GANG_COLL_ALL_REDUCE:
+    if (p->w->allreduce == AR_RD ||
+        (p->w->allreduce == AR_AUTO &&
+         (bytes <= ALLREDUCE_RD_MAX || c->count < (size_t)g->size)))
+      st = algo_allreduce_rd(&a, c->out, c->count, c->dtype, c->op);
+    else
+      st = algo_allreduce_ring(&a, c->out, c->count, c->dtype, c->op);
+    if (st == GANG_OK && c->op == GANG_MEAN)
+      gang__reduce_mean_finish(c->out, c->count, c->dtype, g->size);
+    return st;
+  case GANG_COLL_BROADCAST:
+    return algo_bcast_binomial(&a, c->out, bytes, c->root);
+  case GANG_COLL_ALL_GATHER: {
+    char *slot = (char *)c->out + (size_t)g->rank * bytes;
+    if (slot != c->in && bytes)
+      memmove(slot, c->in, bytes);
+    return algo_allgather_ring(&a, c->out, bytes);
+  }
+  case GANG_COLL_ALL_GATHER_LIST: {
+    /* Gather into one contiguous staging buffer, then scatter the slots. */
+    algo_ctx s = a;
+    s.scratch = &p->scratch[1];
+    s.scratch_cap = &p->scratch_cap[1];
+    void *stage;
+    GANG_CHECK(algo_scratch(&s, bytes * (size_t)g->size + 1, &stage));
+    if (bytes)
+      memcpy((char *)stage + (size_t)g->rank * bytes, c->in, bytes);
+    GANG_CHECK(algo_allgather_ring(&a, stage, bytes));
+    for (int i = 0; i < g->size && bytes; i++)
+      if (c->outs[i] != (char *)stage + (size_t)i * bytes)
+        memcpy(c->outs[i], (char *)stage + (size_t)i * bytes, bytes);
+    return GANG_OK;
+  }
+  case GANG_COLL_REDUCE_SCATTER: {
+    algo_ctx s = a;
+    s.scratch = &p->scratch[1];
+    s.scratch_cap = &p->scratch_cap[1];
+    void *stage;
+    size_t total = c->count * (size_t)g->size;
+    GANG_CHECK(algo_scratch(&s, total * es + 1, &stage));
+    if (bytes)
+      memcpy(stage, c->in, total * es);
+    GANG_CHECK(
+        algo_reduce_scatter_ring_inplace(&a, stage, total, c->dtype, c->op, 0));
+    if (bytes)
+      memcpy(c->out, (char *)stage + (size_t)g->rank * bytes, bytes);
+    if (c->op == GANG_MEAN)
+      gang__reduce_mean_finish(c->out, c->count, c->dtype, g->size);
+    return GANG_OK;
+  }
+  case GANG_COLL_ALL_TO_ALL:
+    return algo_alltoall_pairwise(&a, c->out, c->in, bytes);
+  case GANG_COLL_SEND:
+  case GANG_COLL_RECV:
+  case GANG_COLL_KIND_COUNT:
+    break;
+  }
+  return gang__error(GANG_INTERNAL, "%s: not a queued collective", what);
+}
+
+/* Runs queued collectives in order until `until` is done (or, with NULL,
+ * while the queue has work). Called with p->mu held; returns with it held. */
+static void drain(gang_t *g, gang_work *until) {
+  pg *p = g->impl;
+  while (p->q_head != NULL && !p->running &&
+         (until == NULL || !atomic_load(&until->done))) {
+    gang_work *w = p->q_head;
+    p->q_head = w->next;
+    if (p->q_head == NULL)
+      p->q_tail = NULL;
+    p->running = true;
+    pthread_mutex_unlock(&p->mu);
+    gang_status st = execute(g, w);
+    gang__work_complete(w, st);
+    pthread_mutex_lock(&p->mu);
+    p->running = false;
+    pthread_cond_broadcast(&p->cv);
+  }
+}
+
+static void *worker_main(void *arg) {
+  gang_t *g = arg;
+  pg *p = g->impl;
+  pthread_mutex_lock(&p->mu);
+  while (!p->stop) {
+    if (p->q_head != NULL && !p->running)
+      drain(g, NULL);
+    else
+      pthread_cond_wait(&p->cv, &p->mu);
+  }
+  pthread_mutex_unlock(&p->mu);
+  return NULL;
+}
+
+/* ---- Point-to-point -------------------------------------------------------
+ */
+
+typedef struct p2p_state {
+  gang__xgroup grp;
+  gang__xfer x;
+  char what[48];
+} p2p_state;
+
+_Static_assert(sizeof(p2p_state) <= sizeof(((gang_work *)0)->inline_state),
+               "p2p state must fit in the work");
+
+static gang_status post_p2p(gang_t *g, const gang__coll *c, gang_work *w) {
+  pg *p = g->impl;
+  p2p_state *s = (p2p_state *)w->inline_state;
+  bool send = c->kind == GANG_COLL_SEND;
+  snprintf(s->what, sizeof s->what, "%s %s rank %d tag %d",
+           send ? "send" : "recv", send ? "to" : "from", c->peer, c->tag);
+  s->x = (gang__xfer){.peer = p->map[c->peer],
+                      .send = send,
+                      .tag = (uint32_t)c->tag,
+                      .ctx = p->ctx | P2P_CTX_BIT,
+                      .seq = 0,
+                      .buf = send ? (void *)c->in : c->out,
+                      .len = c->count};
+  w->impl = s;
+  return gang__fabric_start(p->w->fabric, &s->x, 1, &s->grp, s->what);
+}
+
+/* ---- Backend operations ---------------------------------------------------
+ */
+
+static gang_status pg_post(gang_t *g, const gang__coll *c, gang_work *w) {
+  pg *p = g->impl;
+  if (c->kind == GANG_COLL_SEND || c->kind == GANG_COLL_RECV)
+    return post_p2p(g, c, w);
+  w->impl = NULL;
+  pthread_mutex_lock(&p->mu);
+  w->seq = ++p->seq;
+  w->next = NULL;
+  if (p->q_tail)
+    p->q_tail->next = w;
+  else
+    p->q_head = w;
+  p->q_tail = w;
+  gang_status st = GANG_OK;
+  if (w->heap) {
+    if (!p->has_thread) {
+      if (pthread_create(&p->thread, NULL, worker_main, g) == 0)
+        p->has_thread = true;
+      else
+        st = gang__error(GANG_SYSTEM, "gang: cannot start its worker thread");
+    }
+    pthread_cond_broadcast(&p->cv);
+  }
+  pthread_mutex_unlock(&p->mu);
+  return st;
+}
+
+static gang_status pg_wait(gang_work *w, int64_t deadline) {
+  gang_t *g = w->g;
+  pg *p = g->impl;
+  if (w->impl != NULL) { /* point-to-point */
+    p2p_state *s = w->impl;
+    gang_status st =
+        gang__fabric_wait(p->w->fabric, &s->grp, &s->x, 1, deadline, s->what);
+    gang__work_complete(w, st);
+    return st;
+  }
+  pthread_mutex_lock(&p->mu);
+  while (!atomic_load(&w->done)) {
+    if (!p->running && p->q_head != NULL) {
+      drain(g, w);
+      continue;
+    }
+    if (gang__deadline_passed(deadline)) {
+      /* Make the running collective give up, then wait for it to say so:
+       * until then it may still write into its buffers. */
+      pthread_mutex_unlock(&p->mu);
+      char why[160];
+      snprintf(why, sizeof why,
+               "%s #%" PRIu64 " on gang rank %d: the caller's deadline passed",
+               gang__coll_name(w->coll.kind), w->seq, g->rank);
+      gang__fabric_fail(p->w->fabric, GANG_TIMEOUT, why);
+      pthread_mutex_lock(&p->mu);
+      deadline = GANG_DEADLINE_NONE;
+      continue;
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    int64_t wake = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec + 50000000;
+    if (deadline != GANG_DEADLINE_NONE && deadline < wake)
+      wake = deadline;
+    ts.tv_sec = wake / 1000000000;
+    ts.tv_nsec = wake % 1000000000;
+    pthread_cond_timedwait(&p->cv, &p->mu, &ts);
+  }
+  pthread_mutex_unlock(&p->mu);
+  return w->status;
+}
+
+static void pg_test(gang_work *w) {
+  gang_t *g = w->g;
+  pg *p = g->impl;
+  if (w->impl != NULL) {
+    p2p_state *s = w->impl;
+    bool done = false;
+    gang_status st = gang__fabric_test(p->w->fabric, &s->grp, s->what, &done);
+    if (st != GANG_OK || done)
+      gang__work_complete(w, st);
+  }
+  /* Queued collectives progress on the worker thread. */
+}
+
+static void pg_abort(gang_t *g) {
+  pg *p = g->impl;
+  char why[128];
+  snprintf(why, sizeof why, "gang_abort on gang rank %d/%d", g->rank, g->size);
+  gang__fabric_fail(p->w->fabric, GANG_ABORTED, why);
+}
+
+static const gang__ops pg_ops;
+
+static gang_status pg_new(world *w, const int *map, int size, int rank,
+                          uint64_t ctx, gang_device device, int64_t timeout_ms,
+                          gang_t **out) {
+  pg *p = calloc(1, sizeof *p);
+  int *m = calloc((size_t)size, sizeof *m);
+  if (p == NULL || m == NULL) {
+    free(p);
+    free(m);
+    return gang__error(GANG_NO_MEMORY, "gang: out of memory");
+  }
+  memcpy(m, map, sizeof *m * (size_t)size);
+  p->w = w;
+  p->map = m;
+  p->ctx = ctx;
+  pthread_mutex_init(&p->mu, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&p->cv, &ca);
+  pthread_condattr_destroy(&ca);
+  gang_status st = gang__new(&pg_ops, p, rank, size, device, timeout_ms, out);
+  if (st != GANG_OK) {
+    pthread_cond_destroy(&p->cv);
+    pthread_mutex_destroy(&p->mu);
+    free(m);
+    free(p);
+    return st;
+  }
+  pthread_mutex_lock(&w->mu);
+  w->refs++;
+  pthread_mutex_unlock(&w->mu);
+  return GANG_OK;
+}
+
+/* A 64-bit mix (splitmix64's finaliser) for deriving context ids. */
+static uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+static gang_status pg_subgang(gang_t *g, const int *ranks, int n, int index,
+                              gang_t **out) {
+  pg *p = g->impl;
+  pthread_mutex_lock(&p->mu);
+  uint64_t k = ++p->subgangs;
+  pthread_mutex_unlock(&p->mu);
+  if (index < 0) {
+    *out = NULL;
+    return GANG_OK;
+  }
+  int *map = malloc(sizeof *map * (size_t)n);
+  if (map == NULL)
+    return gang__error(GANG_NO_MEMORY, "gang: out of memory");
+  for (int i = 0; i < n; i++)
+    map[i] = p->map[ranks[i]];
+  uint64_t ctx = mix64(p->ctx ^ mix64(k)) & ~P2P_CTX_BIT;
+  gang_status st =
+      pg_new(p->w, map, n, index, ctx, g->device, g->timeout_ms, out);
+  free(map);
+  if (st == GANG_OK)
+    (*out)->check = g->check;
+  return st;
+}
+
+static void pg_destroy(gang_t *g) {
+  pg *p = g->impl;
+  if (p == NULL)
+    return;
+  pthread_mutex_lock(&p->mu);
+  p->stop = true;
+  pthread_cond_broadcast(&p->cv);
+  bool joined = p->has_thread;
+  pthread_mutex_unlock(&p->mu);
+  if (joined)
+    pthread_join(p->thread, NULL);
+  /* Collectives nobody waited for fail: their buffers are the caller's. */
+  for (gang_work *w = p->q_head; w; w = w->next) {
+    gang__error(GANG_ABORTED, "gang destroyed before its %s ran",
+                gang__coll_name(w->coll.kind));
+    gang__work_complete(w, GANG_ABORTED);
+  }
+  world_release(p->w);
+  free(p->scratch[0]);
+  free(p->scratch[1]);
+  free(p->map);
+  pthread_cond_destroy(&p->cv);
+  pthread_mutex_destroy(&p->mu);
+  free(p);
+}
+
+static const gang__ops pg_ops = {
+    .name = "pg",
+    .simulated = false,
+    .post = pg_post,
+    .wait = pg_wait,
+    .test = pg_test,
+    .subgang = pg_subgang,
+    .abort = pg_abort,
+    .destroy = pg_destroy,
+};
+
+struct gang__fabric *gang__pg_fabric(gang_t *g) {
+  if (g == NULL || g->ops != &pg_ops)
+    return NULL;
+  return ((pg *)g->impl)->w->fabric;
+}
+
+/* ---- Creation
+ * ---------------------------------------------------------------- */
+
+/* A field of the caller's options, or `def` when the caller's struct is
+ * too old (smaller) to have it or there are no options. */
+#define OPT(o, field, def)                                                     \
+  ((o) != NULL &&                                                              \
+           (o)->size >= offsetof(gang_options, field) + sizeof((o)->field)     \
+       ? (o)->field                                                            \
+       : (def))
+
+/* The local address peers can reach this rank at: the one the kernel would
+ * use to reach the store's host (a UDP "connect" sends nothing). Loopback
+ * stays loopback. */
+static void local_addr_toward(const char *store_addr, char *out, size_t cap) {
+  snprintf(out, cap, "127.0.0.1");
+  char host[256];
+  const char *p = store_addr;
+  if (strncmp(p, "tcp://", 6) == 0)
+    p += 6;
+  const char *end = *p == '[' ? strchr(p, ']') : strrchr(p, ':');
+  if (end == NULL || (size_t)(end - p) >= sizeof host)
+    return;
+  if (*p == '[')
+    p++;
+  memcpy(host, p, (size_t)(end - p));
+  host[end - p] = '\0';
+  struct addrinfo hints = {.ai_socktype = SOCK_DGRAM}, *res = NULL;
+  if (getaddrinfo(host, "9", &hints, &res) != 0 || res == NULL)
+    return;
+  int fd = socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_storage ss;
+  socklen_t sl = sizeof ss;
+  if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) == 0 &&
+      getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {
+    const void *a =
+        ss.ss_family == AF_INET
+            ? (const void *)&((struct sockaddr_in *)&ss)->sin_addr
+            : (const void *)&((struct sockaddr_in6 *)&ss)->sin6_addr;
+    char buf[INET6_ADDRSTRLEN];
+    if (inet_ntop(ss.ss_family, a, buf, sizeof buf) != NULL)
+      snprintf(out, cap, "%s", buf);
+  }
+  if (fd >= 0)
+    close(fd);
+  freeaddrinfo(res);
+}
+
+/* Parses GANG_ALGO ("all_reduce=ring,..."). */
+static gang_status parse_algo(world *w) {
+  const char *text = gang__setting_str(GANG_SETTING_ALGO);
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", text);
+  char *save = NULL;
+  for (char *item = strtok_r(buf, ",", &save); item;
+       item = strtok_r(NULL, ",", &save)) {
+    char *eq = strchr(item, '=');
+    if (eq == NULL)
+      return gang__error(GANG_INVALID_ARGUMENT,
+                         "GANG_ALGO: '%s' is not op=algorithm", item);
+    *eq = '\0';
+    const char *algo = eq + 1;
+    if (strcmp(item, "all_reduce") != 0)
+      return gang__error(GANG_INVALID_ARGUMENT,
+                         "GANG_ALGO: no algorithm choice for '%s' (only "
+                         "all_reduce has one)",
+                         item);
+    if (strcmp(algo, "ring") == 0)
+      w->allreduce = AR_RING;
+    else if (strcmp(algo, "recursive_doubling") == 0)
+      w->allreduce = AR_RD;
+    else if (strcmp(algo, "auto") == 0)
+      w->allreduce = AR_AUTO;
+    else
+      return gang__error(GANG_INVALID_ARGUMENT,
+                         "GANG_ALGO: all_reduce has no algorithm '%s' (ring, "
+                         "recursive_doubling, auto)",
+                         algo);
+  }
+  return GANG_OK;
+}
+
+static gang_status create(const gang_options *opts, const char *store_addr,
+                          int rank, int size, gang_store_server *server,
+                          gang_t **out) {
+  gang_device cpu = {GANG_DEVICE_CPU, 0};
+  gang_device dev = OPT(opts, device, cpu);
+  if (dev.type != GANG_DEVICE_CPU) {
+    gang_store_server_stop(server);
+    return gang__error(GANG_NOT_SUPPORTED,
+                       "gang: only CPU gangs move data (device type %d)",
+                       (int)dev.type);
+  }
+  int64_t timeout_ms = OPT(opts, timeout_ms, 0);
+  if (timeout_ms == 0) {
+    gang_status st = gang__setting_int(GANG_SETTING_TIMEOUT, &timeout_ms);
+    if (st != GANG_OK) {
+      gang_store_server_stop(server);
+      return st;
+    }
+  }
+  world *w = calloc(1, sizeof *w);
+  if (w == NULL) {
+    gang_store_server_stop(server);
+    return gang__error(GANG_NO_MEMORY, "gang: out of memory");
+  }
+  pthread_mutex_init(&w->mu, NULL);
+  w->refs = 1; /* the creation's own reference, dropped below */
+  w->server = server;
+  gang_status st;
+  GANG_CHECK_GOTO(parse_algo(w), st, fail);
+  char host[INET6_ADDRSTRLEN] = "127.0.0.1";
+  if (size > 1) {
+    gang_store_options so = GANG_STORE_OPTIONS_INIT;
+    so.timeout_ms = timeout_ms;
+    GANG_CHECK_GOTO(gang_store_connect(store_addr, &so, &w->store), st, fail);
+    const char *want = OPT(opts, host, NULL);
+    if (want != NULL)
+      snprintf(host, sizeof host, "%s", want);
+    else
+      local_addr_toward(store_addr, host, sizeof host);
+  }
+  gang__fabric_config cfg = {rank, size, w->store, host,
+                             gang__deadline_in_ms(timeout_ms)};
+  GANG_CHECK_GOTO(gang__fabric_create(&cfg, &w->fabric), st, fail);
+  int *map = malloc(sizeof *map * (size_t)size);
+  if (map == NULL) {
+    st = gang__error(GANG_NO_MEMORY, "gang: out of memory");
+    goto fail;
+  }
+  for (int i = 0; i < size; i++)
+    map[i] = i;
+  st = pg_new(w, map, size, rank, 1, dev, timeout_ms, out);
+  free(map);
+  if (st != GANG_OK)
+    goto fail;
+  if (OPT(opts, check, 0) != 0)
+    (*out)->check = OPT(opts, check, 0) > 0;
+  gang__log_set_rank(rank);
+  GANG_INFO(INIT, "gang rank %d/%d ready (store %s, listening on %s)", rank,
+            size, size > 1 ? store_addr : "none", host);
+  world_release(w); /* the gang holds its own reference now */
+  return GANG_OK;
+fail:
+  world_release(w);
+  return st;
+}
+
+gang_status gang_create_with_store(const gang_options *opts,
+                                   const char *store_addr, int rank, int size,
+                                   gang_t **out) {
+  const char *fn = "gang_create_with_store";
+  GANG_ARG_CHECK(out != NULL, fn, "out is NULL");
+  GANG_ARG_CHECK(store_addr != NULL && *store_addr, fn, "store_addr is empty");
+  GANG_ARG_CHECK(size >= 1, fn, "size must be at least 1, but is %d", size);
+  GANG_ARG_CHECK(rank >= 0 && rank < size, fn,
+                 "rank must be in [0, %d), but is %d", size, rank);
+  return create(opts, store_addr, rank, size, NULL, out);
+}
+
+/* Without a launcher that hosts the store (gangrun sets GANG_STORE_ADDR),
+ * rank 0 hosts it at master_addr:master_port, as torch's rank 0 does. */
+static gang_status host_store(const gang_world_info *info,
+                              gang_store_server **out) {
+  gang_store_server_options so = GANG_STORE_SERVER_OPTIONS_INIT;
+  so.host = info->master_addr[0] ? info->master_addr : "127.0.0.1";
+  so.port = info->master_port;
+  gang_status st = gang_store_server_start(&so, out);
+  if (st != GANG_OK)
+    return gang__error_wrap(st,
+                            "rank 0 hosting the store at %s:%d (run under "
+                            "gangrun, or set GANG_STORE_ADDR to a running "
+                            "gang-store)",
+                            so.host, so.port);
+  return GANG_OK;
+}
+
+gang_status gang_create_default(const gang_options *opts, gang_t **out) {
+  const char *fn = "gang_create_default";
+  GANG_ARG_CHECK(out != NULL, fn, "out is NULL");
+  gang_world_info info = GANG_WORLD_INFO_INIT;
+  GANG_CHECK(gang_world_info_from_env(&info));
+  const char *given = OPT(opts, store_addr, NULL);
+  const char *base = given ? given : info.store_addr;
+  if (info.world_size > 1 && base[0] == '\0')
+    return gang__error(GANG_INVALID_ARGUMENT,
+                       "%s: world of %d ranks (from %s) but no rendezvous "
+                       "address: set MASTER_ADDR and MASTER_PORT or "
+                       "GANG_STORE_ADDR",
+                       fn, info.world_size,
+                       gang_world_source_name(info.source));
+  gang_store_server *server = NULL;
+  if (info.world_size > 1 && info.rank == 0 &&
+      getenv("GANG_STORE_ADDR") == NULL && given == NULL &&
+      strncmp(base, "file://", 7) != 0) {
+    if (info.master_port == 0)
+      return gang__error(GANG_INVALID_ARGUMENT,
+                         "%s: rank 0 must host the store but MASTER_PORT is "
+                         "not set",
+                         fn);
+    GANG_CHECK(host_store(&info, &server));
+  }
+  /* Each run and each restart of it gets its own namespace, so keys of an
+   * earlier attempt cannot satisfy this one's waits. */
+  char addr[GANG_WORLD_URL_MAX + 200];
+  snprintf(addr, sizeof addr, "%s/gang/%s/%d", base,
+           info.run_id[0] ? info.run_id : "run", info.restart_count);
+  return create(opts, addr, info.rank, info.world_size, server, out);
+}

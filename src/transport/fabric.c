@@ -1,0 +1,965 @@
+/* The TCP fabric: connection setup through the store, framing, matching of
+ * messages to receives, and the progress engine described in fabric.h.
+ *
+ * Frame: a 32-byte little-endian header then the payload.
+ *   u32 kind   FRAME_DATA, FRAME_ABORT, or FRAME_BYE (the peer destroyed
+ *              its gang normally: its end-of-stream is not a failure)
+ *   u32 tag    (ABORT: the sender's failure status)
+ *   u64 ctx
+ *   u64 seq
+ *   u64 len    payload bytes (ABORT: the reason text)
+ *
+ * Locking: one mutex guards all engine state. The thread that drives I/O
+ * ("driver") holds it during non-blocking syscalls and releases it only
+ * while it sleeps in poll(); other waiters sleep on a condition variable and
+ * take over driving when the driver's own transfers are done. */
+#include "fabric.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <openssl/rand.h>
+
+#include "core/bytes.h"
+#include "core/clock.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/sock.h"
+
+#define HDR 32
+#define FRAME_DATA 0x474e4701u
+#define FRAME_ABORT 0x474e4702u
+#define FRAME_BYE 0x474e4703u
+#define HELLO_MAGIC 0x31504354474e4147ull /* "GANGTCP1" */
+#define HELLO_VERSION 1u
+#define HELLO_LEN 40
+#define MAX_FRAME (1ull << 40)
+#define MAX_ABORT_TEXT 4096
+
+/* A message that arrived before its receive was posted. */
+typedef struct umsg {
+  struct umsg *next;
+  uint32_t tag;
+  uint64_t ctx, seq;
+  size_t len, got;
+  uint8_t *data;
+  gang__xfer *waiting; /* a receive posted while the payload was arriving */
+} umsg;
+
+typedef struct conn {
+  int fd;
+  int peer;
+  char name[300];
+  bool dead;
+  bool bye; /* the peer said goodbye: its EOF is expected */
+  /* sending: FIFO of registered sends; the head's header is in shdr */
+  gang__xfer *sq_head, *sq_tail;
+  uint8_t shdr[HDR];
+  /* receiving */
+  uint8_t rhdr[HDR];
+  size_t rhdr_got;
+  bool in_payload;
+  uint32_t rkind;
+  uint32_t rtag;
+  size_t rlen, rgot;
+  gang__xfer *rx;  /* matched receive being filled */
+  umsg *rum;       /* or unexpected message being filled */
+  uint8_t *rabort; /* or ABORT text */
+  gang__xfer *posted_head, *posted_tail;
+  umsg *uq_head, *uq_tail;
+} conn;
+
+struct gang__fabric {
+  int rank, size;
+  conn *conns; /* indexed by peer; conns[rank] unused */
+  int wakefd;  /* eventfd: abort, or new work for a driver in poll() */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool driving;
+  bool polling;
+  gang_status failed;
+  char fail_detail[1024];
+  int spin_ns;
+};
+
+int gang__fabric_rank(const gang__fabric *f) { return f->rank; }
+int gang__fabric_size(const gang__fabric *f) { return f->size; }
+
+int gang__fabric_peer_fd(const gang__fabric *f, int peer) {
+  if (peer < 0 || peer >= f->size || peer == f->rank)
+    return -1;
+  return f->conns[peer].fd;
+}
+
+/* ---- Failure ------------------------------------------------------------- */
+
+static void complete(gang__fabric *f, gang__xfer *x) {
+  (void)f;
+  x->done = true;
+  x->grp->remaining--;
+}
+
+static void fail_list(gang__fabric *f, gang__xfer *x) {
+  for (; x != NULL; x = x->next)
+    if (!x->done)
+      complete(f, x);
+}
+
+/* Under f->mu. */
+static void fail_locked(gang__fabric *f, gang_status st, const char *reason) {
+  if (f->failed != GANG_OK)
+    return;
+  f->failed = st;
+  snprintf(f->fail_detail, sizeof f->fail_detail, "%s", reason);
+  GANG_INFO(TCP, "fabric failed (%s): %s", gang_status_name(st), reason);
+  char text[512];
+  int tl = snprintf(text, sizeof text, "rank %d: %s", f->rank, reason);
+  if (tl < 0 || tl >= (int)sizeof text)
+    tl = (int)sizeof text - 1;
+  for (int p = 0; p < f->size; p++) {
+    conn *c = &f->conns[p];
+    if (p == f->rank || c->fd < 0)
+      continue;
+    /* Tell the peer why, unless a frame is half written (the stream would
+     * be corrupt): then the shutdown alone tells it. Best effort. */
+    if (!c->dead && (c->sq_head == NULL || c->sq_head->off == 0)) {
+      uint8_t h[HDR];
+      memset(h, 0, sizeof h);
+      gang__put_u32(h, FRAME_ABORT);
+      gang__put_u32(h + 4, (uint32_t)st); /* peers fail with the same status */
+      gang__put_u64(h + 24, (uint64_t)tl);
+      struct iovec iov[2] = {{h, HDR}, {text, (size_t)tl}};
+      struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 2};
+      (void)!sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
+    shutdown(c->fd, SHUT_RDWR);
+    c->dead = true;
+    fail_list(f, c->sq_head);
+    fail_list(f, c->posted_head);
+    if (c->rx != NULL && !c->rx->done)
+      complete(f, c->rx);
+    for (umsg *u = c->uq_head; u; u = u->next) {
+      if (u->waiting && !u->waiting->done)
+        complete(f, u->waiting);
+      u->waiting = NULL;
+    }
+    /* The transfers live on their callers' stacks: forget them. */
+    c->sq_head = c->sq_tail = NULL;
+    c->posted_head = c->posted_tail = NULL;
+    c->rx = NULL;
+  }
+  uint64_t one = 1;
+  (void)!write(f->wakefd, &one, sizeof one);
+  pthread_cond_broadcast(&f->cv);
+}
+
+void gang__fabric_fail(gang__fabric *f, gang_status st, const char *reason) {
+  pthread_mutex_lock(&f->mu);
+  fail_locked(f, st, reason);
+  pthread_mutex_unlock(&f->mu);
+}
+
+gang_status gang__fabric_status(gang__fabric *f, char *detail, size_t cap) {
+  pthread_mutex_lock(&f->mu);
+  gang_status st = f->failed;
+  if (detail != NULL && cap > 0)
+    snprintf(detail, cap, "%s", f->fail_detail);
+  pthread_mutex_unlock(&f->mu);
+  return st;
+}
+
+/* ---- Sending ------------------------------------------------------------- */
+
+static void encode_header(uint8_t *h, uint32_t kind, uint32_t tag, uint64_t ctx,
+                          uint64_t seq, uint64_t len) {
+  gang__put_u32(h, kind);
+  gang__put_u32(h + 4, tag);
+  gang__put_u64(h + 8, ctx);
+  gang__put_u64(h + 16, seq);
+  gang__put_u64(h + 24, len);
+}
+
+/* Writes queued sends until the socket is full. Under f->mu. */
+static void push_sends(gang__fabric *f, conn *c) {
+  while (c->sq_head != NULL && !c->dead) {
+    gang__xfer *x = c->sq_head;
+    if (x->off == 0)
+      encode_header(c->shdr, FRAME_DATA, x->tag, x->ctx, x->seq, x->len);
+    struct iovec iov[2];
+    int n = 0;
+    if (x->off < HDR)
+      iov[n++] = (struct iovec){c->shdr + x->off, HDR - x->off};
+    size_t poff = x->off > HDR ? x->off - HDR : 0;
+    if (x->len > poff)
+      iov[n++] = (struct iovec){(uint8_t *)x->buf + poff, x->len - poff};
+    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+    ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+        return;
+      char why[1024];
+      int e = errno;
+      snprintf(why, sizeof why, "sending to %s: %s", c->name, strerror(e));
+      fail_locked(
+          f, e == EPIPE || e == ECONNRESET ? GANG_PEER_LOST : GANG_SYSTEM, why);
+      return;
+    }
+    x->off += (size_t)w;
+    if (x->off < HDR + x->len)
+      return; /* socket full */
+    c->sq_head = x->next;
+    if (c->sq_head == NULL)
+      c->sq_tail = NULL;
+    x->next = NULL;
+    complete(f, x);
+  }
+}
+
+/* ---- Receiving ----------------------------------------------------------- */
+
+static bool matches(const gang__xfer *x, uint64_t ctx, uint64_t seq,
+                    uint32_t tag) {
+  return x->ctx == ctx && x->seq == seq && x->tag == tag;
+}
+
+static void mismatch(gang__fabric *f, conn *c, const gang__xfer *x,
+                     uint64_t len) {
+  char why[1024];
+  snprintf(why, sizeof why,
+           "%s sent %llu bytes for (ctx %llx, seq %llu, tag %u) but this "
+           "rank expected %zu: the ranks disagree on the collective",
+           c->name, (unsigned long long)len, (unsigned long long)x->ctx,
+           (unsigned long long)x->seq, x->tag, x->len);
+  fail_locked(f, GANG_MISMATCH, why);
+}
+
+/* A header has arrived: find where its payload goes. */
+static void on_header(gang__fabric *f, conn *c) {
+  uint32_t kind = gang__get_u32(c->rhdr);
+  uint32_t tag = gang__get_u32(c->rhdr + 4);
+  uint64_t ctx = gang__get_u64(c->rhdr + 8);
+  uint64_t seq = gang__get_u64(c->rhdr + 16);
+  uint64_t len = gang__get_u64(c->rhdr + 24);
+  char why[1024];
+  c->rkind = kind;
+  c->rtag = tag;
+  c->rgot = 0;
+  c->in_payload = true;
+  if (kind == FRAME_BYE && len == 0) {
+    c->bye = true;
+    c->in_payload = false;
+    c->rhdr_got = 0;
+    return;
+  }
+  if (kind == FRAME_ABORT) {
+    if (len > MAX_ABORT_TEXT)
+      len = 0; /* a hostile length: ignore the text, still fail */
+    c->rlen = (size_t)len;
+    c->rabort = calloc(1, (size_t)len + 1);
+    if (c->rabort == NULL)
+      c->rlen = 0;
+    return;
+  }
+  if (kind != FRAME_DATA || len > MAX_FRAME) {
+    snprintf(why, sizeof why,
+             "%s sent a malformed frame (kind %08x, %llu bytes)", c->name, kind,
+             (unsigned long long)len);
+    fail_locked(f, GANG_PROTOCOL, why);
+    return;
+  }
+  c->rlen = (size_t)len;
+  gang__xfer *prev = NULL;
+  for (gang__xfer *x = c->posted_head; x; prev = x, x = x->next) {
+    if (!matches(x, ctx, seq, tag))
+      continue;
+    if (x->len != len) {
+      mismatch(f, c, x, len);
+      return;
+    }
+    if (prev)
+      prev->next = x->next;
+    else
+      c->posted_head = x->next;
+    if (c->posted_tail == x)
+      c->posted_tail = prev;
+    x->next = NULL;
+    c->rx = x;
+    return;
+  }
+  umsg *u = calloc(1, sizeof *u);
+  if (u != NULL && len > 0)
+    u->data = malloc((size_t)len);
+  if (u == NULL || (len > 0 && u->data == NULL)) {
+    free(u);
+    snprintf(why, sizeof why,
+             "cannot buffer a %llu-byte message from %s that arrived before "
+             "its receive",
+             (unsigned long long)len, c->name);
+    fail_locked(f, GANG_NO_MEMORY, why);
+    return;
+  }
+  u->tag = tag;
+  u->ctx = ctx;
+  u->seq = seq;
+  u->len = (size_t)len;
+  if (c->uq_tail)
+    c->uq_tail->next = u;
+  else
+    c->uq_head = u;
+  c->uq_tail = u;
+  c->rum = u;
+}
+
+static void unlink_umsg(conn *c, umsg *u) {
+  umsg *prev = NULL;
+  for (umsg *p = c->uq_head; p; prev = p, p = p->next) {
+    if (p != u)
+      continue;
+    if (prev)
+      prev->next = u->next;
+    else
+      c->uq_head = u->next;
+    if (c->uq_tail == u)
+      c->uq_tail = prev;
+    return;
+  }
+}
+
+static void on_payload_done(gang__fabric *f, conn *c) {
+  c->in_payload = false;
+  c->rhdr_got = 0;
+  if (c->rkind == FRAME_ABORT) {
+    char why[1024];
+    snprintf(why, sizeof why, "%s aborted: %s", c->name,
+             c->rabort ? (char *)c->rabort : "(no reason)");
+    free(c->rabort);
+    c->rabort = NULL;
+    /* A peer that timed out or was aborted passes that on; anything else
+     * (including a status we do not know) means we lost it. */
+    gang_status st = (c->rtag == GANG_TIMEOUT || c->rtag == GANG_ABORTED ||
+                      c->rtag == GANG_MISMATCH)
+                         ? (gang_status)c->rtag
+                         : GANG_PEER_LOST;
+    fail_locked(f, st, why);
+    return;
+  }
+  if (c->rx != NULL) {
+    gang__xfer *x = c->rx;
+    c->rx = NULL;
+    complete(f, x);
+  } else if (c->rum != NULL) {
+    umsg *u = c->rum;
+    c->rum = NULL;
+    u->got = u->len;
+    if (u->waiting != NULL) {
+      gang__xfer *x = u->waiting;
+      if (x->len)
+        memcpy(x->buf, u->data, x->len);
+      unlink_umsg(c, u);
+      free(u->data);
+      free(u);
+      complete(f, x);
+    }
+  }
+}
+
+/* Fails what this rank still expects from or owes to a peer that left. */
+static bool owes(const conn *c) {
+  return c->sq_head != NULL || c->posted_head != NULL || c->rx != NULL ||
+         c->in_payload;
+}
+
+static void peer_closed(gang__fabric *f, conn *c, int err) {
+  char why[1024];
+  if (c->bye) {
+    /* An orderly departure. Only a transfer that needs this peer fails. */
+    c->dead = true;
+    if (owes(c)) {
+      snprintf(why, sizeof why,
+               "%s left (destroyed its gang) while a transfer with it was "
+               "pending",
+               c->name);
+      fail_locked(f, GANG_PEER_LOST, why);
+    }
+    return;
+  }
+  if (err == 0)
+    snprintf(why, sizeof why, "%s closed the connection", c->name);
+  else
+    snprintf(why, sizeof why, "connection to %s failed: %s", c->name,
+             strerror(err));
+  fail_locked(f, GANG_PEER_LOST, why);
+}
+
+/* Reads whatever has arrived on c. Under f->mu. */
+static void pull(gang__fabric *f, conn *c) {
+  while (!c->dead && f->failed == GANG_OK) {
+    void *dst;
+    size_t want;
+    if (!c->in_payload) {
+      dst = c->rhdr + c->rhdr_got;
+      want = HDR - c->rhdr_got;
+    } else {
+      size_t left = c->rlen - c->rgot;
+      if (left == 0) {
+        on_payload_done(f, c);
+        continue;
+      }
+      if (c->rx)
+        dst = (uint8_t *)c->rx->buf + c->rgot;
+      else if (c->rum)
+        dst = c->rum->data + c->rgot;
+      else
+        dst = c->rabort ? c->rabort + c->rgot : NULL;
+      want = left;
+      if (dst == NULL) { /* ABORT text we could not allocate: skip it */
+        static uint8_t sink[256];
+        dst = sink;
+        want = left < sizeof sink ? left : sizeof sink;
+      }
+    }
+    ssize_t r = recv(c->fd, dst, want, MSG_DONTWAIT);
+    if (r < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+        return;
+      peer_closed(f, c, errno);
+      return;
+    }
+    if (r == 0) {
+      peer_closed(f, c, 0);
+      return;
+    }
+    if (!c->in_payload) {
+      c->rhdr_got += (size_t)r;
+      if (c->rhdr_got == HDR)
+        on_header(f, c);
+    } else {
+      c->rgot += (size_t)r;
+      if (c->rum)
+        c->rum->got = c->rgot;
+    }
+  }
+}
+
+/* ---- Registration and the wait loop -------------------------------------- */
+
+static void left_before(gang__fabric *f, conn *c) {
+  char why[1024];
+  snprintf(why, sizeof why, "%s left (destroyed its gang) before this transfer",
+           c->name);
+  fail_locked(f, GANG_PEER_LOST, why);
+}
+
+static void register_xfer(gang__fabric *f, gang__xfer *x) {
+  conn *c = &f->conns[x->peer];
+  x->next = NULL;
+  x->off = 0;
+  x->done = false;
+  if (x->send) {
+    if (c->dead && c->bye) {
+      left_before(f, c);
+      return;
+    }
+    if (c->sq_tail)
+      c->sq_tail->next = x;
+    else
+      c->sq_head = x;
+    c->sq_tail = x;
+    return;
+  }
+  /* An unexpected message that already (partly) arrived? FIFO order. */
+  for (umsg *u = c->uq_head; u; u = u->next) {
+    if (u->waiting != NULL || u->ctx != x->ctx || u->seq != x->seq ||
+        u->tag != x->tag)
+      continue;
+    if (u->len != x->len) {
+      mismatch(f, c, x, u->len);
+      return;
+    }
+    if (u->got == u->len && c->rum != u) {
+      if (x->len)
+        memcpy(x->buf, u->data, x->len);
+      unlink_umsg(c, u);
+      free(u->data);
+      free(u);
+      complete(f, x);
+    } else {
+      u->waiting = x;
+    }
+    return;
+  }
+  /* A peer that left can have sent this before it did, but nothing more. */
+  if (c->dead && c->bye) {
+    left_before(f, c);
+    return;
+  }
+  if (c->posted_tail)
+    c->posted_tail->next = x;
+  else
+    c->posted_head = x;
+  c->posted_tail = x;
+}
+
+/* Non-blocking pass over every connection. Under f->mu. */
+static void progress(gang__fabric *f) {
+  for (int p = 0; p < f->size && f->failed == GANG_OK; p++) {
+    if (p == f->rank || f->conns[p].dead)
+      continue;
+    push_sends(f, &f->conns[p]);
+    pull(f, &f->conns[p]);
+  }
+}
+
+/* Sleeps in poll() until some connection is ready, the wake fd fires or
+ * `deadline`. Releases f->mu while sleeping. */
+static void sleep_in_poll(gang__fabric *f, int64_t deadline) {
+  struct pollfd stackfds[64];
+  struct pollfd *fds = stackfds;
+  if (f->size + 1 > 64)
+    fds = malloc(sizeof *fds * (size_t)(f->size + 1));
+  if (fds == NULL)
+    return;
+  int n = 0;
+  fds[n++] = (struct pollfd){f->wakefd, POLLIN, 0};
+  for (int p = 0; p < f->size; p++) {
+    conn *c = &f->conns[p];
+    if (p == f->rank || c->dead)
+      continue;
+    fds[n++] =
+        (struct pollfd){c->fd, (short)(POLLIN | (c->sq_head ? POLLOUT : 0)), 0};
+  }
+  int ms = gang__deadline_poll_ms(deadline);
+  if (ms < 0 || ms > 1000)
+    ms = 1000; /* re-check state now and then */
+  f->polling = true;
+  pthread_mutex_unlock(&f->mu);
+  int r = poll(fds, (nfds_t)n, ms);
+  if (r > 0 && (fds[0].revents & POLLIN)) {
+    uint64_t v;
+    (void)!read(f->wakefd, &v, sizeof v);
+  }
+  pthread_mutex_lock(&f->mu);
+  f->polling = false;
+  if (fds != stackfds)
+    free(fds);
+}
+
+static void describe_pending(gang__xfer *x, int n, char *buf, size_t cap) {
+  size_t o = 0;
+  buf[0] = '\0';
+  for (int i = 0; i < n && o + 64 < cap; i++) {
+    if (x[i].done)
+      continue;
+    o += (size_t)snprintf(buf + o, cap - o, "%s%s rank %d (tag %u)",
+                          o ? ", " : "", x[i].send ? "send to" : "receive from",
+                          x[i].peer, x[i].tag);
+  }
+}
+
+static gang_status failure_locked(gang__fabric *f, const char *what) {
+  gang_status st = f->failed;
+  char d[1024];
+  snprintf(d, sizeof d, "%s", f->fail_detail);
+  pthread_mutex_unlock(&f->mu);
+  /* The reason may already say which operation failed. */
+  if (strncmp(d, what, strlen(what)) == 0)
+    return gang__error(st, "%s", d);
+  return gang__error(st, "%s: %s", what, d);
+}
+
+gang_status gang__fabric_start(gang__fabric *f, gang__xfer *x, int n,
+                               gang__xgroup *grp, const char *what) {
+  pthread_mutex_lock(&f->mu);
+  if (f->failed != GANG_OK)
+    return failure_locked(f, what);
+  grp->remaining = n;
+  for (int i = 0; i < n; i++) {
+    x[i].grp = grp;
+    register_xfer(f, &x[i]);
+  }
+  if (f->polling) {
+    uint64_t one = 1;
+    (void)!write(f->wakefd, &one, sizeof one);
+  }
+  if (f->failed != GANG_OK)
+    return failure_locked(f, what);
+  pthread_mutex_unlock(&f->mu);
+  return GANG_OK;
+}
+
+gang_status gang__fabric_test(gang__fabric *f, gang__xgroup *grp,
+                              const char *what, bool *done) {
+  pthread_mutex_lock(&f->mu);
+  if (f->failed == GANG_OK && grp->remaining > 0 && !f->driving) {
+    f->driving = true;
+    progress(f);
+    f->driving = false;
+    pthread_cond_broadcast(&f->cv);
+  }
+  if (f->failed != GANG_OK)
+    return failure_locked(f, what);
+  *done = grp->remaining == 0;
+  pthread_mutex_unlock(&f->mu);
+  return GANG_OK;
+}
+
+gang_status gang__fabric_wait(gang__fabric *f, gang__xgroup *grp, gang__xfer *x,
+                              int n, int64_t deadline, const char *what) {
+  pthread_mutex_lock(&f->mu);
+  bool driving = false;
+  int64_t spin_until = gang__now_ns() + f->spin_ns;
+  while (grp->remaining > 0 && f->failed == GANG_OK) {
+    if (!driving && !f->driving)
+      f->driving = driving = true;
+    if (driving) {
+      progress(f);
+      /* Others' transfers may have completed too. */
+      pthread_cond_broadcast(&f->cv);
+      if (grp->remaining == 0 || f->failed != GANG_OK ||
+          gang__deadline_passed(deadline))
+        break;
+      if (gang__now_ns() < spin_until) {
+        pthread_mutex_unlock(&f->mu);
+        sched_yield();
+        pthread_mutex_lock(&f->mu);
+      } else {
+        sleep_in_poll(f, deadline);
+      }
+    } else {
+      if (gang__deadline_passed(deadline))
+        break;
+      struct timespec ts;
+      clock_gettime(CLOCK_MONOTONIC, &ts);
+      int64_t wake = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec + 10000000;
+      if (deadline != GANG_DEADLINE_NONE && deadline < wake)
+        wake = deadline;
+      ts.tv_sec = wake / 1000000000;
+      ts.tv_nsec = wake % 1000000000;
+      pthread_cond_timedwait(&f->cv, &f->mu, &ts);
+    }
+  }
+  if (driving) {
+    f->driving = false;
+    pthread_cond_broadcast(&f->cv);
+  }
+  if (grp->remaining > 0 && f->failed == GANG_OK) {
+    char pend[512], why[1024];
+    describe_pending(x, n, pend, sizeof pend);
+    snprintf(why, sizeof why,
+             "%s on rank %d: deadline exceeded, still waiting for: %s", what,
+             f->rank, pend);
+    fail_locked(f, GANG_TIMEOUT, why);
+  }
+  if (f->failed != GANG_OK)
+    return failure_locked(f, what);
+  pthread_mutex_unlock(&f->mu);
+  return GANG_OK;
+}
+
+gang_status gang__fabric_run(gang__fabric *f, gang__xfer *x, int n,
+                             int64_t deadline, const char *what) {
+  gang__xgroup grp;
+  GANG_CHECK(gang__fabric_start(f, x, n, &grp, what));
+  return gang__fabric_wait(f, &grp, x, n, deadline, what);
+}
+
+/* ---- Setup --------------------------------------------------------------- */
+
+typedef struct hello {
+  uint64_t magic;
+  uint32_t version;
+  uint32_t rank;
+  uint32_t size;
+  uint32_t reserved;
+  uint8_t token[16];
+} hello;
+
+static void hello_encode(const hello *h, uint8_t *b) {
+  gang__put_u64(b, h->magic);
+  gang__put_u32(b + 8, h->version);
+  gang__put_u32(b + 12, h->rank);
+  gang__put_u32(b + 16, h->size);
+  gang__put_u32(b + 20, 0);
+  memcpy(b + 24, h->token, 16);
+}
+
+static void hello_decode(const uint8_t *b, hello *h) {
+  h->magic = gang__get_u64(b);
+  h->version = gang__get_u32(b + 8);
+  h->rank = gang__get_u32(b + 12);
+  h->size = gang__get_u32(b + 16);
+  memcpy(h->token, b + 24, 16);
+}
+
+/* Checks a peer's hello; `want_rank` < 0 accepts any rank not yet seen. */
+static gang_status hello_check(const gang__fabric *f, const hello *h,
+                               const uint8_t *token, int want_rank,
+                               const char *who) {
+  if (h->magic != HELLO_MAGIC)
+    return gang__error(GANG_PROTOCOL, "%s is not a gang peer (bad magic)", who);
+  if (h->version != HELLO_VERSION)
+    return gang__error(GANG_PROTOCOL,
+                       "%s speaks fabric protocol version %u, this rank %u",
+                       who, h->version, HELLO_VERSION);
+  if (memcmp(h->token, token, 16) != 0)
+    return gang__error(GANG_AUTH,
+                       "%s belongs to another world (token "
+                       "mismatch)",
+                       who);
+  if ((int)h->size != f->size)
+    return gang__error(GANG_MISMATCH, "%s has world size %u, this rank %d", who,
+                       h->size, f->size);
+  if ((int)h->rank >= f->size || (want_rank >= 0 && (int)h->rank != want_rank))
+    return gang__error(GANG_PROTOCOL, "%s claims rank %u, expected %d", who,
+                       h->rank, want_rank);
+  return GANG_OK;
+}
+
+static gang_status split_hostport(const char *s, char *host, size_t cap,
+                                  int *port) {
+  const char *colon = strrchr(s, ':');
+  if (colon == NULL || (size_t)(colon - s) >= cap)
+    return gang__error(GANG_PROTOCOL, "bad peer address '%s' in the store", s);
+  const char *h = s;
+  size_t hl = (size_t)(colon - s);
+  if (hl >= 2 && h[0] == '[' && h[hl - 1] == ']') {
+    h++;
+    hl -= 2;
+  }
+  memcpy(host, h, hl);
+  host[hl] = '\0';
+  *port = atoi(colon + 1);
+  if (*port <= 0 || *port > 65535)
+    return gang__error(GANG_PROTOCOL, "bad peer address '%s' in the store", s);
+  return GANG_OK;
+}
+
+static gang_status connect_lower(gang__fabric *f,
+                                 const gang__fabric_config *cfg,
+                                 const uint8_t *token, int peer) {
+  char key[64];
+  snprintf(key, sizeof key, "fabric/addr/%d", peer);
+  void *val = NULL;
+  size_t vlen = 0;
+  GANG_CHECK(gang_store_get(cfg->store, key, &val, &vlen));
+  char host[256];
+  int port = 0;
+  gang_status st = split_hostport((char *)val, host, sizeof host, &port);
+  gang_store_free(val);
+  GANG_CHECK(st);
+  conn *c = &f->conns[peer];
+  snprintf(c->name, sizeof c->name, "rank %d (%s:%d)", peer, host, port);
+  /* The peer listens before it publishes: a refusal means a stale or wrong
+   * address, so retry only briefly within the deadline. */
+  int fd = -1, err = 0;
+  for (int attempt = 0;; attempt++) {
+    st = gang__sock_connect(host, port, cfg->deadline, &fd, &err);
+    if (st == GANG_OK || gang__deadline_passed(cfg->deadline) || attempt > 50)
+      break;
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  if (st != GANG_OK)
+    return gang__error_wrap(st, "connecting to %s", c->name);
+  hello me = {
+      HELLO_MAGIC, HELLO_VERSION, (uint32_t)f->rank, (uint32_t)f->size, 0, {0}};
+  memcpy(me.token, token, 16);
+  uint8_t b[HELLO_LEN];
+  hello_encode(&me, b);
+  st = gang__sock_write_full(fd, b, HELLO_LEN, cfg->deadline, -1, c->name);
+  if (st == GANG_OK)
+    st = gang__sock_read_full(fd, b, HELLO_LEN, cfg->deadline, -1, c->name);
+  if (st == GANG_OK) {
+    hello them;
+    hello_decode(b, &them);
+    st = hello_check(f, &them, token, peer, c->name);
+  }
+  if (st != GANG_OK) {
+    close(fd);
+    return st;
+  }
+  c->fd = fd;
+  return GANG_OK;
+}
+
+static gang_status accept_higher(gang__fabric *f,
+                                 const gang__fabric_config *cfg,
+                                 const uint8_t *token, int lfd, int count) {
+  int got = 0;
+  while (got < count) {
+    struct pollfd pfd = {lfd, POLLIN, 0};
+    int ms = gang__deadline_poll_ms(cfg->deadline);
+    if (ms == 0)
+      return gang__error(GANG_TIMEOUT,
+                         "fabric setup: rank %d got %d of %d connections from "
+                         "higher ranks before the deadline",
+                         f->rank, got, count);
+    if (poll(&pfd, 1, ms < 0 || ms > 1000 ? 1000 : ms) <= 0)
+      continue;
+    int fd = -1, err = 0;
+    if (gang__sock_accept(lfd, &fd, &err) != GANG_OK)
+      continue;
+    uint8_t b[HELLO_LEN];
+    char who[64];
+    snprintf(who, sizeof who, "an incoming connection to rank %d", f->rank);
+    /* A stranger gets a short time to say hello, so it cannot stall setup. */
+    int64_t hd = gang__deadline_in_ms(5000);
+    if (hd > cfg->deadline)
+      hd = cfg->deadline;
+    gang_status st = gang__sock_read_full(fd, b, HELLO_LEN, hd, -1, who);
+    hello them;
+    if (st == GANG_OK) {
+      hello_decode(b, &them);
+      st = hello_check(f, &them, token, -1, who);
+    }
+    if (st == GANG_OK &&
+        ((int)them.rank <= f->rank || f->conns[them.rank].fd >= 0))
+      st = gang__error(GANG_PROTOCOL, "%s claims rank %u twice or out of order",
+                       who, them.rank);
+    if (st != GANG_OK) {
+      /* Refuse it and keep waiting for the real peers. */
+      GANG_WARN(TCP, "refused a fabric connection: %s", gang_last_error());
+      close(fd);
+      continue;
+    }
+    hello me = {
+        HELLO_MAGIC, HELLO_VERSION, (uint32_t)f->rank, (uint32_t)f->size, 0,
+        {0}};
+    memcpy(me.token, token, 16);
+    hello_encode(&me, b);
+    conn *c = &f->conns[them.rank];
+    snprintf(c->name, sizeof c->name, "rank %u", them.rank);
+    st = gang__sock_write_full(fd, b, HELLO_LEN, cfg->deadline, -1, c->name);
+    if (st != GANG_OK) {
+      close(fd);
+      return st;
+    }
+    c->fd = fd;
+    got++;
+  }
+  return GANG_OK;
+}
+
+static gang_status world_token(gang__fabric *f, gang_store *st,
+                               uint8_t *token) {
+  if (f->rank == 0) {
+    if (RAND_bytes(token, 16) != 1)
+      return gang__error(GANG_SYSTEM, "fabric: no random bytes for the token");
+    GANG_CHECK(gang_store_set(st, "fabric/token", token, 16));
+    return GANG_OK;
+  }
+  void *v = NULL;
+  size_t n = 0;
+  GANG_CHECK(gang_store_get(st, "fabric/token", &v, &n));
+  if (n != 16) {
+    gang_store_free(v);
+    return gang__error(GANG_PROTOCOL,
+                       "fabric/token in the store has %zu "
+                       "bytes, expected 16",
+                       n);
+  }
+  memcpy(token, v, 16);
+  gang_store_free(v);
+  return GANG_OK;
+}
+
+gang_status gang__fabric_create(const gang__fabric_config *cfg,
+                                gang__fabric **out) {
+  gang__fabric *f = calloc(1, sizeof *f);
+  if (f == NULL)
+    return gang__error(GANG_NO_MEMORY, "fabric: out of memory");
+  f->rank = cfg->rank;
+  f->size = cfg->size;
+  f->wakefd = -1;
+  f->spin_ns = 20000;
+  pthread_mutex_init(&f->mu, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&f->cv, &ca);
+  pthread_condattr_destroy(&ca);
+  f->conns = calloc((size_t)cfg->size, sizeof *f->conns);
+  int lfd = -1;
+  gang_status st = GANG_OK;
+  if (f->conns == NULL) {
+    st = gang__error(GANG_NO_MEMORY, "fabric: out of memory");
+    goto fail;
+  }
+  for (int p = 0; p < cfg->size; p++) {
+    f->conns[p].fd = -1;
+    f->conns[p].peer = p;
+  }
+  f->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (f->wakefd < 0) {
+    st = gang__error_errno(GANG_SYSTEM, errno, "fabric: eventfd");
+    goto fail;
+  }
+  if (cfg->size == 1) { /* nobody to meet */
+    *out = f;
+    return GANG_OK;
+  }
+  uint8_t token[16];
+  GANG_CHECK_GOTO(world_token(f, cfg->store, token), st, fail);
+  int port = 0;
+  GANG_CHECK_GOTO(gang__sock_listen(cfg->host, 0, 0, &lfd, &port), st, fail);
+  char key[64], addr[300];
+  snprintf(key, sizeof key, "fabric/addr/%d", cfg->rank);
+  gang__sock_peer_name(cfg->host, port, addr, sizeof addr);
+  GANG_CHECK_GOTO(gang_store_set(cfg->store, key, addr, strlen(addr)), st,
+                  fail);
+  for (int p = 0; p < cfg->rank; p++)
+    GANG_CHECK_GOTO(connect_lower(f, cfg, token, p), st, fail);
+  GANG_CHECK_GOTO(accept_higher(f, cfg, token, lfd, cfg->size - 1 - cfg->rank),
+                  st, fail);
+  close(lfd);
+  GANG_INFO(TCP, "fabric rank %d/%d connected", cfg->rank, cfg->size);
+  *out = f;
+  return GANG_OK;
+fail:
+  if (lfd >= 0)
+    close(lfd);
+  gang__fabric_destroy(f);
+  return st;
+}
+
+void gang__fabric_destroy(gang__fabric *f) {
+  if (f == NULL)
+    return;
+  for (int p = 0; f->conns && p < f->size; p++) {
+    conn *c = &f->conns[p];
+    if (c->fd >= 0) {
+      if (!c->dead && f->failed == GANG_OK &&
+          (c->sq_head == NULL || c->sq_head->off == 0)) {
+        /* Say goodbye so the peer does not take our end-of-stream for a
+         * crash; 32 bytes fit in any socket buffer that is not full, and a
+         * full one means the peer is stuck anyway. */
+        uint8_t h[HDR];
+        encode_header(h, FRAME_BYE, 0, 0, 0, 0);
+        (void)!send(c->fd, h, HDR, MSG_NOSIGNAL | MSG_DONTWAIT);
+      }
+      shutdown(c->fd, SHUT_WR);
+      close(c->fd);
+    }
+    for (umsg *u = c->uq_head, *n; u; u = n) {
+      n = u->next;
+      free(u->data);
+      free(u);
+    }
+    free(c->rabort);
+  }
+  free(f->conns);
+  if (f->wakefd >= 0)
+    close(f->wakefd);
+  pthread_cond_destroy(&f->cv);
+  pthread_mutex_destroy(&f->mu);
+  free(f);
+}

@@ -1,0 +1,108 @@
+/* The fabric: the connections of one world and the engine that moves
+ * messages over them. Every gang of a world (the world gang, sub-gangs, mesh
+ * groups) shares one fabric; messages are told apart by a context id (one
+ * per gang), a sequence number (one per collective) and a tag (the step of
+ * an algorithm, or the user's tag for send/recv).
+ *
+ * Algorithms are straight-line code: each step hands a small set of sends
+ * and receives to gang__fabric_run, which returns when all of them are done
+ * (or the fabric failed). Whichever thread waits drives the I/O of every
+ * registered transfer, its own and other threads', so two gangs used from
+ * two threads cannot deadlock on each other (MPI's "progress by whoever
+ * waits"). A message that arrives before its receive is posted is kept as
+ * an unexpected message and copied when the receive is posted.
+ *
+ * Failures are fabric-wide and sticky: a lost peer, a malformed or
+ * mismatched frame, a deadline or an abort fails every pending and later
+ * transfer of every gang on the fabric, and tells the peers (an ABORT frame
+ * with the reason, then the connections are shut down), so that every
+ * survivor learns promptly. */
+#ifndef GANG_TRANSPORT_FABRIC_H
+#define GANG_TRANSPORT_FABRIC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gang/status.h"
+#include "gang/store.h"
+
+typedef struct gang__fabric gang__fabric;
+
+typedef struct gang__fabric_config {
+  int rank;
+  int size;
+  gang_store *store; /* rendezvous, namespaced by the caller; borrowed */
+  const char *host;  /* address to listen on and publish */
+  int64_t deadline;  /* for connection setup (gang__now_ns time) */
+} gang__fabric_config;
+
+/* Completion counter of a set of transfers started together. */
+typedef struct gang__xgroup {
+  int remaining;
+} gang__xgroup;
+
+/* One send or receive. The caller fills the first block; the engine owns
+ * the rest while the transfer is registered. */
+typedef struct gang__xfer {
+  int peer;
+  bool send;
+  uint32_t tag;
+  uint64_t ctx;
+  uint64_t seq;
+  void *buf;  /* send: the data (not modified); recv: the destination */
+  size_t len; /* exact: a message of another length is a mismatch */
+
+  struct gang__xfer *next; /* engine: queue link */
+  size_t off;              /* engine: bytes moved */
+  gang__xgroup *grp;
+  bool done;
+} gang__xfer;
+
+/* Connects every pair of ranks (the higher rank connects to the lower one;
+ * each side checks the other's hello: magic, version, world token, rank).
+ * Collective over the world. */
+gang_status gang__fabric_create(const gang__fabric_config *cfg,
+                                gang__fabric **out);
+
+/* Registers the n transfers (all counted in *grp) without waiting: sends
+ * are queued behind earlier sends to the same peer, receives match
+ * messages in arrival order. They progress whenever any thread waits on the
+ * fabric. Fails (without registering) if the fabric has failed. */
+gang_status gang__fabric_start(gang__fabric *f, gang__xfer *x, int n,
+                               gang__xgroup *grp, const char *what);
+
+/* Waits until *grp's transfers (x[0..n), for error details) are done. */
+gang_status gang__fabric_wait(gang__fabric *f, gang__xgroup *grp, gang__xfer *x,
+                              int n, int64_t deadline, const char *what);
+
+/* Non-blocking: does what I/O it can; true when *grp is done. Errors like
+ * gang__fabric_wait. */
+gang_status gang__fabric_test(gang__fabric *f, gang__xgroup *grp,
+                              const char *what, bool *done);
+
+/* Starts and waits for the n transfers. `what` names the operation in
+ * error details ("all_reduce #12"). Errors: GANG_PEER_LOST, GANG_TIMEOUT,
+ * GANG_ABORTED, GANG_MISMATCH, GANG_PROTOCOL, GANG_SYSTEM (after which the
+ * fabric is failed). Thread-safe. */
+gang_status gang__fabric_run(gang__fabric *f, gang__xfer *x, int n,
+                             int64_t deadline, const char *what);
+
+/* Fails the fabric with `st` and `reason` (pending transfers end with it,
+ * peers are told). Any thread; idempotent (the first reason wins). */
+void gang__fabric_fail(gang__fabric *f, gang_status st, const char *reason);
+
+/* The fabric's failure (GANG_OK while healthy) and its detail. */
+gang_status gang__fabric_status(gang__fabric *f, char *detail, size_t cap);
+
+/* Closes every connection and frees the fabric. No transfer may be running. */
+void gang__fabric_destroy(gang__fabric *f);
+
+/* The socket to `peer` (tests use it to inject bytes a broken peer would
+ * send). -1 if there is none. */
+int gang__fabric_peer_fd(const gang__fabric *f, int peer);
+
+int gang__fabric_rank(const gang__fabric *f);
+int gang__fabric_size(const gang__fabric *f);
+
+#endif

@@ -1,0 +1,361 @@
+/* Failures of a process-group gang with real processes: a peer killed with
+ * SIGKILL in the middle of a 64 MiB all_reduce, a stopped (hung) peer, an
+ * abort from another thread, ranks that disagree on the collective, and a
+ * peer that sends garbage. Every survivor must get the right status
+ * promptly, later calls must fail fast with the same status, and nothing
+ * may leak. */
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "harness/harness.h"
+
+#include "gang/gang.h"
+#include "gang/store.h"
+#include "gang_impl.h"
+#include "transport/fabric.h"
+
+static int g_port;
+static int g_round;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static gang_t *join(int rank, int size, int64_t timeout_ms) {
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d/faults%d", g_port, g_round);
+  gang_options o = GANG_OPTIONS_INIT;
+  o.timeout_ms = timeout_ms;
+  gang_t *g = NULL;
+  RCHECK_OK(gang_create_with_store(&o, addr, rank, size, &g));
+  return g;
+}
+
+/* Runs `victim` as gang rank `rank` in a grandchild; returns its pid after
+ * it reported (one byte on a pipe) that it joined the gang. */
+static pid_t spawn_victim(int rank, int size, void (*victim)(gang_t *, int),
+                          int64_t timeout_ms) {
+  int fds[2];
+  RCHECK(pipe(fds) == 0);
+  pid_t pid = fork();
+  RCHECK(pid >= 0);
+  if (pid == 0) {
+    close(fds[0]);
+    gang_t *g = join(rank, size, timeout_ms);
+    victim(g, fds[1]);
+    _exit(0);
+  }
+  close(fds[1]);
+  char c;
+  RCHECK(read(fds[0], &c, 1) == 1);
+  close(fds[0]);
+  return pid;
+}
+
+/* ---- kill -9 during a 64 MiB all_reduce --------------------------------- */
+
+#define BIG ((size_t)16 << 20) /* floats: 64 MiB */
+
+static void reduce_forever(gang_t *g, int ready_fd) {
+  float *buf = calloc(BIG, sizeof *buf);
+  RCHECK(write(ready_fd, "r", 1) == 1);
+  for (;;)
+    if (gang_all_reduce(g, buf, BIG, GANG_FLOAT32, GANG_SUM) != GANG_OK)
+      _exit(3);
+}
+
+static int kill_rank(int rank, int size, void *arg) {
+  (void)arg;
+  if (rank == size - 1) {
+    pid_t v = spawn_victim(rank, size, reduce_forever, 120000);
+    /* Let the all_reduce get going, then kill it mid-transfer. */
+    struct timespec ts = {0, 300 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    kill(v, SIGKILL);
+    int st;
+    RCHECK(waitpid(v, &st, 0) == v);
+    RCHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+    return 0;
+  }
+  int fds0 = gt_count_fds();
+  gang_t *g = join(rank, size, 120000);
+  float *buf = calloc(BIG, sizeof *buf);
+  gang_status st = GANG_OK;
+  double t0 = now_s();
+  while (st == GANG_OK) {
+    t0 = now_s();
+    st = gang_all_reduce(g, buf, BIG, GANG_FLOAT32, GANG_SUM);
+  }
+  double took = now_s() - t0;
+  fprintf(stderr, "rank %d: %s after %.3f s: %s\n", rank, gang_status_name(st),
+          took, gang_last_error());
+  RCHECK(st == GANG_PEER_LOST);
+  /* From the connection, not the 120 s deadline. */
+  RCHECK(took < 10.0);
+  RCHECK(strstr(gang_get_last_error(g), "rank") != NULL);
+  /* Sticky: the next call fails at once with the same status. */
+  double t1 = now_s();
+  RCHECK(gang_barrier(g) == GANG_PEER_LOST);
+  RCHECK(now_s() - t1 < 0.1);
+  free(buf);
+  gang_destroy(g);
+  RCHECK(gt_count_fds() == fds0);
+  return 0;
+}
+
+static void test_kill9_during_all_reduce(void **state) {
+  (void)state;
+  g_round++;
+  assert_int_equal(gt_run_ranks(4, kill_rank, NULL, 120000), 0);
+}
+
+/* ---- a stopped peer ------------------------------------------------------ */
+
+static void hang(gang_t *g, int ready_fd) {
+  (void)g;
+  RCHECK(write(ready_fd, "r", 1) == 1);
+  for (;;)
+    pause();
+}
+
+typedef struct stop_state {
+  atomic_int done;  /* survivors finished */
+  atomic_int named; /* survivors whose error names a rank waited for */
+} stop_state;
+
+static int stop_rank(int rank, int size, void *arg) {
+  (void)arg;
+  if (rank == size - 1) {
+    pid_t v = spawn_victim(rank, size, hang, 60000);
+    kill(v, SIGSTOP);
+    /* Keep it stopped (not dead) until every survivor has its answer. */
+    stop_state *ss = arg;
+    double t0 = now_s();
+    while (atomic_load(&ss->done) < size - 1 && now_s() - t0 < 30) {
+      struct timespec ts = {0, 5 * 1000 * 1000};
+      nanosleep(&ts, NULL);
+    }
+    kill(v, SIGKILL);
+    kill(v, SIGCONT);
+    int st;
+    RCHECK(waitpid(v, &st, 0) == v);
+    return 0;
+  }
+  gang_t *g = join(rank, size, 1500);
+  float x[4] = {1, 2, 3, 4};
+  double t0 = now_s();
+  gang_status st = gang_all_reduce(g, x, 4, GANG_FLOAT32, GANG_SUM);
+  double took = now_s() - t0;
+  fprintf(stderr, "rank %d: %s after %.3f s: %s\n", rank, gang_status_name(st),
+          took, gang_last_error());
+  RCHECK(st == GANG_TIMEOUT);
+  RCHECK(took >= 1.45 && took < 3.0);
+  RCHECK(strstr(gang_last_error(), "deadline") != NULL);
+  /* Every survivor names the operation and its sequence number, and what
+   * its first-failing rank was still waiting for. (Which rank is the root
+   * cause needs a cross-rank diagnosis the gang does not make yet: the
+   * first deadline to fire tells the others.) */
+  stop_state *ss = arg;
+  RCHECK(strstr(gang_last_error(), "all_reduce #1") != NULL);
+  if (strstr(gang_last_error(), "still waiting for: receive from rank") != NULL)
+    atomic_fetch_add(&ss->named, 1);
+  gang_destroy(g);
+  atomic_fetch_add(&ss->done, 1);
+  return 0;
+}
+
+static void test_stopped_peer_times_out(void **state) {
+  (void)state;
+  g_round++;
+  /* Survivors count themselves done in shared memory. */
+  stop_state *ss = mmap(NULL, sizeof *ss, PROT_READ | PROT_WRITE,
+                        MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  assert_true(ss != MAP_FAILED);
+  atomic_init(&ss->done, 0);
+  atomic_init(&ss->named, 0);
+  int rc = gt_run_ranks(4, stop_rank, ss, 60000);
+  int named = atomic_load(&ss->named);
+  munmap(ss, sizeof *ss);
+  assert_int_equal(rc, 0);
+  assert_int_equal(named, 3);
+}
+
+/* ---- abort from another thread ------------------------------------------- */
+
+static void *abort_later(void *arg) {
+  struct timespec ts = {0, 200 * 1000 * 1000};
+  nanosleep(&ts, NULL);
+  gang_abort(arg);
+  return NULL;
+}
+
+static int abort_rank(int rank, int size, void *arg) {
+  (void)arg;
+  gang_t *g = join(rank, size, 60000);
+  double t0 = now_s();
+  gang_status st;
+  if (rank == 0) {
+    pthread_t t;
+    RCHECK(pthread_create(&t, NULL, abort_later, g) == 0);
+    /* Rank 1 never joins this all_reduce: only the abort can end it. */
+    float x = 1;
+    st = gang_all_reduce(g, &x, 1, GANG_FLOAT32, GANG_SUM);
+    pthread_join(t, NULL);
+    RCHECK(x == 1);
+  } else {
+    st = gang_barrier(g);
+  }
+  double took = now_s() - t0;
+  fprintf(stderr, "rank %d: %s after %.3f s: %s\n", rank, gang_status_name(st),
+          took, gang_last_error());
+  RCHECK(st == GANG_ABORTED);
+  RCHECK(took < 1.5);
+  RCHECK(gang_barrier(g) == GANG_ABORTED);
+  gang_destroy(g);
+  return 0;
+}
+
+static void test_abort_from_thread(void **state) {
+  (void)state;
+  g_round++;
+  assert_int_equal(gt_run_ranks(2, abort_rank, NULL, 30000), 0);
+}
+
+/* ---- ranks disagree --------------------------------------------------------
+ */
+
+static int mismatch_rank(int rank, int size, void *arg) {
+  (void)arg;
+  gang_t *g = join(rank, size, 30000);
+  size_t n = rank == 0 ? 1000 : 2000;
+  /* Each buffer is exactly as large as its own rank asked for, so an
+   * out-of-bounds write would show under ASan. */
+  float *buf = calloc(n, sizeof *buf);
+  gang_status st = gang_all_reduce(g, buf, n, GANG_FLOAT32, GANG_SUM);
+  fprintf(stderr, "rank %d: %s: %s\n", rank, gang_status_name(st),
+          gang_last_error());
+  RCHECK(st == GANG_MISMATCH);
+  RCHECK(strstr(gang_last_error(), "bytes") != NULL);
+  free(buf);
+  gang_destroy(g);
+  return 0;
+}
+
+static void test_mismatched_counts(void **state) {
+  (void)state;
+  g_round++;
+  assert_int_equal(gt_run_ranks(2, mismatch_rank, NULL, 30000), 0);
+}
+
+/* ---- the signature check ------------------------------------------------ */
+
+static int checked_rank(int rank, int size, void *arg) {
+  (void)arg;
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d/faults%d", g_port, g_round);
+  gang_options o = GANG_OPTIONS_INIT;
+  o.timeout_ms = 30000;
+  o.check = 1;
+  gang_t *g = NULL;
+  RCHECK_OK(gang_create_with_store(&o, addr, rank, size, &g));
+  /* Agreeing calls pass the check, on the world and on a sub-gang. */
+  float x[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  RCHECK_OK(gang_all_reduce(g, x, 10, GANG_FLOAT32, GANG_SUM));
+  RCHECK(x[9] == 10.0f * size);
+  gang_t *sub = NULL;
+  RCHECK_OK(gang_split(g, 0, -rank, &sub));
+  RCHECK_OK(gang_broadcast(sub, x, 10, GANG_FLOAT32, 0));
+  gang_destroy(sub);
+  /* Rank 1 calls a broadcast where the others all_reduce: caught before
+   * any data moves, with both sides named. */
+  gang_status st;
+  if (rank == 1)
+    st = gang_broadcast(g, x, 10, GANG_FLOAT32, 0);
+  else
+    st = gang_all_reduce(g, x, 10, GANG_FLOAT32, GANG_MAX);
+  fprintf(stderr, "rank %d: %s: %s\n", rank, gang_status_name(st),
+          gang_last_error());
+  RCHECK(st == GANG_MISMATCH);
+  RCHECK(strstr(gang_last_error(), "broadcast") != NULL);
+  RCHECK(strstr(gang_last_error(), "all_reduce") != NULL);
+  RCHECK(strstr(gang_last_error(), "rank 1") != NULL);
+  RCHECK(gang_barrier(g) == GANG_MISMATCH); /* sticky */
+  gang_destroy(g);
+  return 0;
+}
+
+static void test_signature_check(void **state) {
+  (void)state;
+  g_round++;
+  assert_int_equal(gt_run_ranks(3, checked_rank, NULL, 30000), 0);
+}
+
+/* ---- a peer that sends garbage ---------------------------------------------
+ */
+
+static int garbage_rank(int rank, int size, void *arg) {
+  (void)arg;
+  gang_t *g = join(rank, size, 30000);
+  gang_status st;
+  if (rank == 1) {
+    uint8_t junk[64];
+    memset(junk, 0xab, sizeof junk);
+    int fd = gang__fabric_peer_fd(gang__pg_fabric(g), 0);
+    RCHECK(fd >= 0);
+    RCHECK(write(fd, junk, sizeof junk) == (ssize_t)sizeof junk);
+    st = gang_barrier(g);
+  } else {
+    float x[8] = {0};
+    st = gang_all_reduce(g, x, 8, GANG_FLOAT32, GANG_SUM);
+  }
+  fprintf(stderr, "rank %d: %s: %s\n", rank, gang_status_name(st),
+          gang_last_error());
+  if (rank == 0) {
+    RCHECK(st == GANG_PROTOCOL);
+    RCHECK(strstr(gang_last_error(), "malformed") != NULL);
+  } else {
+    RCHECK(st == GANG_PEER_LOST); /* rank 0 hung up on it */
+  }
+  gang_destroy(g);
+  return 0;
+}
+
+static void test_garbage_from_peer(void **state) {
+  (void)state;
+  g_round++;
+  assert_int_equal(gt_run_ranks(2, garbage_rank, NULL, 30000), 0);
+}
+
+static gt_store_proc g_srv;
+
+static int setup(void **state) {
+  (void)state;
+  g_srv = gt_store_proc_start(NULL);
+  g_port = g_srv.port;
+  return 0;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  gt_store_proc_stop(&g_srv);
+  return 0;
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      GT_TEST(test_kill9_during_all_reduce),
+      GT_TEST(test_stopped_peer_times_out),
+      GT_TEST(test_abort_from_thread),
+      GT_TEST(test_mismatched_counts),
+      GT_TEST(test_signature_check),
+      GT_TEST(test_garbage_from_peer),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
