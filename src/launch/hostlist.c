@@ -182,7 +182,7 @@ static gang_status parse_item(const char *what, const char *expr,
   while (*s != '\0' && *s != ',') {
     if (*s == '[') {
       s++;
-      size_t n, w;
+      size_t n = 0, w = 0;
       GANG_CHECK(parse_bracket(what, expr, &s, max_hosts, it, &n, &w));
       /* count * n <= max_hosts, checked without overflow. */
       if (n != 0 && count > max_hosts / n)
