@@ -17,6 +17,13 @@
 #include "store/kv.h"
 #include "store/proto.h"
 
+/* The code under test is compiled into this file so that the fuzz build
+ * instruments it for coverage (fuzz/CMakeLists.txt instruments only the
+ * target's own sources, not libgang). These definitions take precedence
+ * over the archive's, whose proto.o and kv.o are then not linked. */
+#include "../src/store/kv.c"
+#include "../src/store/proto.c"
+
 static void noop_wake(void *owner, void *ctx) {
   (void)owner;
   (void)ctx;

@@ -146,7 +146,7 @@ static void test_no_state_change_before_auth(void **state) {
   gang__store_req r;
   raw_set_req(&r, "rank/0", "rogue-address-claiming-rank-0");
   assert_true(raw_request(fd, &r));
-  assert_true(raw_request(fd, &r));
+  (void)raw_request(fd, &r); /* may already find the connection closed */
   assert_true(raw_closed_within(fd, 2000));
   close(fd);
   /* A SET frame instead of a hello. */
@@ -218,5 +218,6 @@ int main(void) {
       GT_TEST(test_handshake_timeout),
       GT_TEST(test_version_mismatch),
   };
+  store_test_prime_threads();
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "harness/harness.h"
+#include "raw.h"
 
 #include "core/clock.h"
 #include "gang/store.h"
@@ -400,5 +401,6 @@ int main(void) {
       GT_TEST(test_unreachable),
       GT_TEST(test_ipv6_and_port_in_use),
   };
+  store_test_prime_threads();
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "harness/harness.h"
+#include "raw.h"
 
 #include "core/bytes.h"
 #include "store/auth.h"
@@ -290,5 +291,6 @@ int main(void) {
       GT_TEST(test_encoder_caps),       GT_TEST(test_decoder_rejects),
       GT_TEST(test_reply_roundtrips),   GT_TEST(test_auth_proofs),
   };
+  store_test_prime_threads();
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

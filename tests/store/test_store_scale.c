@@ -1,11 +1,14 @@
 /* Many clients: a 64-process rendezvous (set address, add, multi_get of
  * everyone's), and 1024 concurrent connections from 16 processes while a
  * parked get on another connection blocks none of them. */
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <sys/wait.h>
 #include <string.h>
 
 #include "harness/harness.h"
+#include "raw.h"
 
 #include "core/clock.h"
 #include "gang/store.h"
@@ -62,18 +65,59 @@ static int rendezvous_rank(int rank, int size, void *arg) {
   return 0;
 }
 
-static gang_store_server *start(void) {
-  gang_store_server_options o = GANG_STORE_SERVER_OPTIONS_INIT;
-  o.secret = "scale-secret";
-  gang_store_server *srv = NULL;
-  assert_gang_ok(gang_store_server_start(&o, &srv));
-  g_port = gang_store_server_port(srv);
-  return srv;
+/* The server runs in its own process: gt_run_ranks forks, and a fork
+ * taken while the server thread holds a lock (malloc's, OpenSSL's RNG)
+ * would hand the child a lock nobody will release. */
+typedef struct {
+  pid_t pid;
+  int ctl; /* closing it stops the server */
+} server_proc;
+
+static server_proc start(void) {
+  int to[2], from[2];
+  assert_int_equal(pipe2(to, O_CLOEXEC), 0);
+  assert_int_equal(pipe2(from, O_CLOEXEC), 0);
+  server_proc sp;
+  sp.pid = fork();
+  assert_true(sp.pid >= 0);
+  if (sp.pid == 0) {
+    close(to[1]);
+    close(from[0]);
+    gang_store_server_options o = GANG_STORE_SERVER_OPTIONS_INIT;
+    o.secret = "scale-secret";
+    gang_store_server *srv = NULL;
+    int port = -1;
+    if (gang_store_server_start(&o, &srv) == GANG_OK)
+      port = gang_store_server_port(srv);
+    if (write(from[1], &port, sizeof port) != sizeof port || port < 0)
+      _exit(1);
+    char c;
+    while (read(to[0], &c, 1) > 0)
+      ;
+    gang_store_server_stop(srv);
+    _exit(0);
+  }
+  close(to[0]);
+  close(from[1]);
+  int port = -1;
+  assert_int_equal(read(from[0], &port, sizeof port), sizeof port);
+  close(from[0]);
+  assert_true(port > 0);
+  g_port = port;
+  sp.ctl = to[1];
+  return sp;
+}
+
+static void stop(server_proc sp) {
+  close(sp.ctl);
+  int status = 0;
+  assert_int_equal(waitpid(sp.pid, &status, 0), sp.pid);
+  assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
 static void test_64_process_rendezvous(void **state) {
   (void)state;
-  gang_store_server *srv = start();
+  server_proc srv = start();
   int64_t t0 = gang__now_ns();
   assert_int_equal(gt_run_ranks(64, rendezvous_rank, NULL, 90000), 0);
   printf("64-process rendezvous: %lld ms\n",
@@ -84,7 +128,7 @@ static void test_64_process_rendezvous(void **state) {
   assert_gang_ok(gang_store_add(st, "arrived", 0, &n));
   assert_int_equal(n, 64);
   gang_store_close(st);
-  gang_store_server_stop(srv);
+  stop(srv);
 }
 
 #define PROCS 16
@@ -134,7 +178,7 @@ static void *parked_get(void *arg) {
 
 static void test_1024_connections(void **state) {
   (void)state;
-  gang_store_server *srv = start();
+  server_proc srv = start();
   gang_store *waiter = rank_connect("");
   gang_store *ctl = rank_connect("");
   assert_non_null(waiter);
@@ -156,7 +200,7 @@ static void test_1024_connections(void **state) {
   assert_int_equal(n, PROCS * PER_PROC);
   gang_store_close(waiter);
   gang_store_close(ctl);
-  gang_store_server_stop(srv);
+  stop(srv);
 }
 
 int main(void) {
@@ -164,5 +208,6 @@ int main(void) {
       GT_TEST(test_64_process_rendezvous),
       GT_TEST(test_1024_connections),
   };
+  store_test_prime_threads();
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
