@@ -649,5 +649,6 @@ int main(void) {
       GT_TEST(test_timeouts),       GT_TEST(test_corrupted),
       GT_TEST(test_random_damage),  GT_TEST(test_argument_errors),
   };
+  sc_prime_threads();
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
