@@ -2,6 +2,7 @@
  * call, so the cases neither see nor disturb keys that other cases left. */
 #include "store_cases.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -277,4 +278,12 @@ void sc_prefix_views(gang_store *st) {
   gang_store_close(v2);
   sc_expect_val(st, P("%s/%s", tag, "k"), "view");
   gang_store_close(NULL);
+}
+
+static void *noop(void *arg) { return arg; }
+
+void sc_prime_threads(void) {
+  pthread_t t;
+  if (pthread_create(&t, NULL, noop, NULL) == 0)
+    pthread_join(t, NULL);
 }

@@ -54,5 +54,6 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       GT_TEST(test_tcp_cases),
   };
+  sc_prime_threads();
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
