@@ -4,7 +4,7 @@
 set -eu
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
-cmake -S . -B build/release -DCMAKE_BUILD_TYPE=Release -DGANG_BUILD_TESTS=OFF >/dev/null
-cmake --build build/release -j "$(nproc 2>/dev/null || echo 2)" >/dev/null
-exec build/release/tools/gangrun/gangrun --nproc-per-node 4 \
-  build/release/examples/hello_gang "$@"
+cmake -S . -B build/demo -DCMAKE_BUILD_TYPE=Release -DGANG_BUILD_TESTS=OFF >/dev/null
+cmake --build build/demo -j "$(nproc 2>/dev/null || echo 2)" >/dev/null
+exec build/demo/tools/gangrun/gangrun --nproc-per-node 4 \
+  build/demo/examples/hello_gang "$@"
