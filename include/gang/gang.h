@@ -128,6 +128,15 @@ GANG_API gang_status gang_reduce_scatter(gang_t *g, void *out, const void *in,
                                          gang_dtype dtype, gang_reduce_op op);
 GANG_API gang_status gang_all_to_all(gang_t *g, void *out, const void *in,
                                      size_t count_per_rank, gang_dtype dtype);
+/* all_to_all with variable splits (torch's all_to_all_single with split
+ * sizes): in_counts[i] elements of `in` (packed in rank order) go to rank i;
+ * out_counts[j] elements arrive from rank j into `out` (packed in rank
+ * order). A sender's in_counts[i] must equal rank i's out_counts[sender],
+ * else GANG_MISMATCH. Both arrays have gang_size(g) entries. */
+GANG_API gang_status gang_all_to_all_v(gang_t *g, void *out,
+                                       const size_t *out_counts, const void *in,
+                                       const size_t *in_counts,
+                                       gang_dtype dtype);
 GANG_API gang_status gang_send(gang_t *g, const void *buf, size_t bytes,
                                int peer, int tag);
 GANG_API gang_status gang_recv(gang_t *g, void *buf, size_t bytes, int peer,
@@ -172,6 +181,11 @@ GANG_API gang_status gang_reduce_scatter_post(gang_t *g, void *out,
 GANG_API gang_status gang_all_to_all_post(gang_t *g, void *out, const void *in,
                                           size_t count_per_rank,
                                           gang_dtype dtype, gang_work **w);
+GANG_API gang_status gang_all_to_all_v_post(gang_t *g, void *out,
+                                            const size_t *out_counts,
+                                            const void *in,
+                                            const size_t *in_counts,
+                                            gang_dtype dtype, gang_work **w);
 GANG_API gang_status gang_send_post(gang_t *g, const void *buf, size_t bytes,
                                     int peer, int tag, gang_work **w);
 GANG_API gang_status gang_recv_post(gang_t *g, void *buf, size_t bytes,

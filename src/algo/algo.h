@@ -64,6 +64,12 @@ gang_status algo_allgather_ring(algo_ctx *a, void *out, size_t bytes);
 /* all_to_all of equal blocks of `bytes` bytes. */
 gang_status algo_alltoall_pairwise(algo_ctx *a, void *out, const void *in,
                                    size_t bytes);
+/* all_to_all with per-peer element counts (es bytes each): in_counts[i]
+ * go to rank i, out_counts[j] come from rank j, blocks packed in rank
+ * order. */
+gang_status algo_alltoallv_pairwise(algo_ctx *a, void *out,
+                                    const size_t *out_counts, const void *in,
+                                    const size_t *in_counts, size_t es);
 gang_status algo_barrier_dissemination(algo_ctx *a);
 
 #endif

@@ -1,6 +1,7 @@
 /* all_to_all: every block goes straight to its destination. All 2(p-1)
  * transfers are handed to the engine at once, which interleaves them as the
- * sockets allow: one alpha of latency, (p-1)/p n beta of traffic each way. */
+ * sockets allow: one alpha of latency, (p-1)/p n beta of traffic each way.
+ * Blocks are equal (all_to_all) or given per peer (all_to_all_v). */
 #include "algo.h"
 
 #include <stdlib.h>
@@ -8,11 +9,35 @@
 
 #include "core/error.h"
 
-gang_status algo_alltoall_pairwise(algo_ctx *a, void *out, const void *in,
-                                   size_t bytes) {
+/* Offset and length in bytes of block `i`: equal blocks of `bytes`, or
+ * counts[i] elements of es bytes after the blocks before it. */
+static void block_of(const size_t *counts, size_t es, size_t bytes, int i,
+                     size_t *off, size_t *len) {
+  if (counts == NULL) {
+    *off = (size_t)i * bytes;
+    *len = bytes;
+    return;
+  }
+  size_t o = 0;
+  for (int k = 0; k < i; k++)
+    o += counts[k];
+  *off = o * es;
+  *len = counts[i] * es;
+}
+
+static gang_status alltoall(algo_ctx *a, void *out, const size_t *rcounts,
+                            const void *in, const size_t *scounts, size_t es,
+                            size_t bytes) {
   int p = a->size, r = a->rank;
-  memcpy((char *)out + (size_t)r * bytes, (const char *)in + (size_t)r * bytes,
-         bytes);
+  size_t soff, slen, roff, rlen;
+  block_of(scounts, es, bytes, r, &soff, &slen);
+  block_of(rcounts, es, bytes, r, &roff, &rlen);
+  if (slen != rlen)
+    return gang__error(GANG_MISMATCH,
+                       "%s: this rank sends itself %zu bytes but expects %zu",
+                       a->what, slen, rlen);
+  if (slen)
+    memcpy((char *)out + roff, (const char *)in + soff, slen);
   if (p == 1)
     return GANG_OK;
   gang__xfer stackx[32];
@@ -25,23 +50,34 @@ gang_status algo_alltoall_pairwise(algo_ctx *a, void *out, const void *in,
   int n = 0;
   for (int s = 1; s < p; s++) {
     int to = (r + s) % p, from = (r - s + p) % p;
+    block_of(scounts, es, bytes, to, &soff, &slen);
+    block_of(rcounts, es, bytes, from, &roff, &rlen);
     x[n++] = (gang__xfer){.peer = a->world[to],
                           .send = true,
-                          .tag = 0,
                           .ctx = a->ctx,
                           .seq = a->seq,
-                          .buf = (char *)in + (size_t)to * bytes,
-                          .len = bytes};
+                          .buf = (char *)in + soff,
+                          .len = slen};
     x[n++] = (gang__xfer){.peer = a->world[from],
                           .send = false,
-                          .tag = 0,
                           .ctx = a->ctx,
                           .seq = a->seq,
-                          .buf = (char *)out + (size_t)from * bytes,
-                          .len = bytes};
+                          .buf = (char *)out + roff,
+                          .len = rlen};
   }
   gang_status st = gang__fabric_run(a->f, x, n, a->deadline, a->what);
   if (x != stackx)
     free(x);
   return st;
+}
+
+gang_status algo_alltoall_pairwise(algo_ctx *a, void *out, const void *in,
+                                   size_t bytes) {
+  return alltoall(a, out, NULL, in, NULL, 1, bytes);
+}
+
+gang_status algo_alltoallv_pairwise(algo_ctx *a, void *out,
+                                    const size_t *out_counts, const void *in,
+                                    const size_t *in_counts, size_t es) {
+  return alltoall(a, out, out_counts, in, in_counts, es, 0);
 }

@@ -104,6 +104,28 @@ static gang_status fake_post(gang_t *g, const gang__coll *c, gang_work *w) {
       memcpy((char *)c->out + (size_t)i * block,
              (const char *)c->in + (size_t)g->rank * block, block);
     break;
+  case GANG_COLL_ALL_TO_ALL_V: {
+    /* Every simulated peer sends us its block number `rank`, which is
+     * in_counts[rank] elements long (all ranks hold our data), so each
+     * out_counts[j] must be that. */
+    size_t off = 0;
+    for (int i = 0; i < g->rank; i++)
+      off += c->in_counts[i];
+    size_t n = c->in_counts[g->rank];
+    for (int j = 0; j < g->size; j++)
+      if (c->out_counts[j] != n) {
+        gang__error(GANG_MISMATCH,
+                    "gang_all_to_all_v: on a fake gang every peer sends %zu "
+                    "elements (in_counts[%d]) but out_counts[%d] is %zu",
+                    n, g->rank, j, c->out_counts[j]);
+        gang__work_reject(w, GANG_MISMATCH);
+        return GANG_OK;
+      }
+    for (int j = 0; j < g->size && n; j++)
+      memcpy((char *)c->out + (size_t)j * n * es,
+             (const char *)c->in + off * es, n * es);
+    break;
+  }
   case GANG_COLL_SEND:
   case GANG_COLL_RECV:
     /* Not a failure of the gang: nothing is broken, the call is unusable. */

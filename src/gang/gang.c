@@ -16,15 +16,16 @@
 #include "gang_impl.h"
 
 static const char *const coll_names[GANG_COLL_KIND_COUNT] = {
-    "barrier",
-    "all_reduce",
-    "broadcast",
-    "all_gather",
-    "all_gather_to_list",
-    "reduce_scatter",
-    "all_to_all",
-    "send",
-    "recv"};
+    [GANG_COLL_BARRIER] = "barrier",
+    [GANG_COLL_ALL_REDUCE] = "all_reduce",
+    [GANG_COLL_BROADCAST] = "broadcast",
+    [GANG_COLL_ALL_GATHER] = "all_gather",
+    [GANG_COLL_ALL_GATHER_LIST] = "all_gather_to_list",
+    [GANG_COLL_REDUCE_SCATTER] = "reduce_scatter",
+    [GANG_COLL_ALL_TO_ALL] = "all_to_all",
+    [GANG_COLL_ALL_TO_ALL_V] = "all_to_all_v",
+    [GANG_COLL_SEND] = "send",
+    [GANG_COLL_RECV] = "recv"};
 
 const char *gang__coll_name(gang__coll_kind kind) {
   return (unsigned)kind < GANG_COLL_KIND_COUNT ? coll_names[kind] : "invalid";
@@ -195,6 +196,26 @@ static gang_status validate(gang_t *g, const gang__coll *c, const char *fn) {
     GANG_ARG_CHECK(c->out != c->in || bytes == 0, fn,
                    "out and in must not be the same buffer");
     return GANG_OK;
+  case GANG_COLL_ALL_TO_ALL_V: {
+    GANG_CHECK(checked_bytes(fn, 1, c->dtype, 1, &bytes));
+    GANG_ARG_CHECK(c->in_counts != NULL && c->out_counts != NULL, fn,
+                   "in_counts or out_counts is NULL");
+    size_t tin = 0, tout = 0;
+    for (int i = 0; i < g->size; i++) {
+      GANG_ARG_CHECK(c->in_counts[i] <= SIZE_MAX / bytes - tin &&
+                         c->out_counts[i] <= SIZE_MAX / bytes - tout,
+                     fn, "counts overflow the address space at rank %d", i);
+      tin += c->in_counts[i];
+      tout += c->out_counts[i];
+    }
+    GANG_ARG_CHECK(c->in != NULL || tin == 0, fn,
+                   "in is NULL with %zu elements to send", tin);
+    GANG_ARG_CHECK(c->out != NULL || tout == 0, fn,
+                   "out is NULL with %zu elements to receive", tout);
+    GANG_ARG_CHECK(c->out != c->in || tin + tout == 0, fn,
+                   "out and in must not be the same buffer");
+    return GANG_OK;
+  }
   case GANG_COLL_SEND:
   case GANG_COLL_RECV:
     GANG_ARG_CHECK(c->out != NULL || c->in != NULL || c->count == 0, fn,
@@ -478,6 +499,23 @@ gang_status gang_all_to_all_post(gang_t *g, void *out, const void *in,
                                  gang_work **w) {
   return post_heap(g, &A2A(out, in, count_per_rank, dtype), w,
                    "gang_all_to_all_post");
+}
+
+#define A2AV(o_, oc_, i_, ic_, t_)                                             \
+  COLL(.kind = GANG_COLL_ALL_TO_ALL_V, .out = (o_), .out_counts = (oc_),       \
+       .in = (i_), .in_counts = (ic_), .dtype = (t_))
+gang_status gang_all_to_all_v(gang_t *g, void *out, const size_t *out_counts,
+                              const void *in, const size_t *in_counts,
+                              gang_dtype dtype) {
+  return run(g, &A2AV(out, out_counts, in, in_counts, dtype),
+             "gang_all_to_all_v");
+}
+gang_status gang_all_to_all_v_post(gang_t *g, void *out,
+                                   const size_t *out_counts, const void *in,
+                                   const size_t *in_counts, gang_dtype dtype,
+                                   gang_work **w) {
+  return post_heap(g, &A2AV(out, out_counts, in, in_counts, dtype), w,
+                   "gang_all_to_all_v_post");
 }
 
 #define SEND(b_, n_, p_, t_)                                                   \

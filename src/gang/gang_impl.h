@@ -20,6 +20,7 @@ typedef enum gang__coll_kind {
   GANG_COLL_ALL_GATHER_LIST,
   GANG_COLL_REDUCE_SCATTER,
   GANG_COLL_ALL_TO_ALL,
+  GANG_COLL_ALL_TO_ALL_V,
   GANG_COLL_SEND,
   GANG_COLL_RECV,
   GANG_COLL_KIND_COUNT
@@ -31,6 +32,8 @@ typedef struct gang__coll {
   void *out;         /* all_reduce/broadcast buf, all_gather/RS/A2A out, recv */
   const void *in;    /* all_gather/RS/A2A in, send buf */
   void *const *outs; /* all_gather_to_list */
+  const size_t *out_counts; /* all_to_all_v: elements from each rank */
+  const size_t *in_counts;  /* all_to_all_v: elements to each rank */
   size_t count;     /* elements (per rank for AG/RS/A2A); bytes for send/recv */
   gang_dtype dtype; /* GANG_UINT8 for send/recv */
   gang_reduce_op op;

@@ -162,6 +162,9 @@ static gang_status execute(gang_t *g, gang_work *w) {
   }
   case GANG_COLL_ALL_TO_ALL:
     return algo_alltoall_pairwise(&a, c->out, c->in, bytes);
+  case GANG_COLL_ALL_TO_ALL_V:
+    return algo_alltoallv_pairwise(&a, c->out, c->out_counts, c->in,
+                                   c->in_counts, es);
   case GANG_COLL_SEND:
   case GANG_COLL_RECV:
   case GANG_COLL_KIND_COUNT:

@@ -132,6 +132,22 @@ static void test_gather_scatter_broadcast(void **state) {
     assert_int_equal(a_out[2 * r + 1], 6);
   }
 
+  /* all_to_all_v: every peer sends us its block number 2 (in_counts[2]
+   * elements, all ranks holding our data). */
+  int32_t v_in[6] = {1, 2, 3, 4, 5, 6};
+  size_t in_counts[4] = {1, 2, 2, 1}, out_counts[4] = {2, 2, 2, 2};
+  int32_t v_out[8];
+  assert_gang_ok(
+      gang_all_to_all_v(g, v_out, out_counts, v_in, in_counts, GANG_INT32));
+  for (int r = 0; r < 4; r++) {
+    assert_int_equal(v_out[2 * r], 4);
+    assert_int_equal(v_out[2 * r + 1], 5);
+  }
+  out_counts[1] = 3;
+  assert_int_equal(
+      gang_all_to_all_v(g, v_out, out_counts, v_in, in_counts, GANG_INT32),
+      GANG_MISMATCH);
+  assert_non_null(strstr(gang_last_error(), "out_counts[1] is 3"));
   float f[2] = {1.5f, -2.0f};
   assert_gang_ok(gang_broadcast(g, f, 2, GANG_FLOAT32, 0));
   assert_gang_ok(gang_broadcast(g, f, 2, GANG_FLOAT32, 2));

@@ -192,14 +192,32 @@ static void check_all_reduce(gang_t *g, size_t count, int use_post) {
   free(buf);
 }
 
-static void check_others(gang_t *g, size_t count) {
+/* Runs a collective in its blocking or its _post + wait form. */
+#define RUN(use_post, blocking, ...)                                           \
+  do {                                                                         \
+    if (use_post) {                                                            \
+      gang_work *w_ = NULL;                                                    \
+      RCHECK_OK(blocking##_post(__VA_ARGS__, &w_));                            \
+      RCHECK_OK(gang_work_wait(w_, -1));                                       \
+      gang_work_free(w_);                                                      \
+    } else {                                                                   \
+      RCHECK_OK(blocking(__VA_ARGS__));                                        \
+    }                                                                          \
+  } while (0)
+
+/* Elements rank `src` sends rank `dst` in the all_to_all_v check. */
+static size_t a2av_count(int src, int dst, size_t scale) {
+  return (size_t)((src + 2 * dst) % 4) * scale;
+}
+
+static void check_others(gang_t *g, size_t count, int use_post) {
   int r = gang_rank(g), n = gang_size(g);
   /* broadcast from every root */
   int32_t *b = malloc((count + 1) * sizeof *b);
   for (int root = 0; root < n; root++) {
     for (size_t i = 0; i < count; i++)
       b[i] = r == root ? (int32_t)(root * 1000 + (int)i) : -1;
-    RCHECK_OK(gang_broadcast(g, b, count, GANG_INT32, root));
+    RUN(use_post, gang_broadcast, g, b, count, GANG_INT32, root);
     for (size_t i = 0; i < count; i++)
       RCHECK(b[i] == (int32_t)(root * 1000 + (int)i));
   }
@@ -208,7 +226,7 @@ static void check_others(gang_t *g, size_t count) {
   int64_t *out = malloc((count * (size_t)n + 1) * sizeof *out);
   for (size_t i = 0; i < count; i++)
     in[i] = r * 100000 + (int64_t)i;
-  RCHECK_OK(gang_all_gather(g, out, in, count, GANG_INT64));
+  RUN(use_post, gang_all_gather, g, out, in, count, GANG_INT64);
   for (int q = 0; q < n; q++)
     for (size_t i = 0; i < count; i++)
       RCHECK(out[(size_t)q * count + i] == q * 100000 + (int64_t)i);
@@ -222,7 +240,7 @@ static void check_others(gang_t *g, size_t count) {
   void *outs[8];
   for (int q = 0; q < n; q++)
     outs[q] = malloc((count + 1) * sizeof *in);
-  RCHECK_OK(gang_all_gather_to_list(g, outs, in, count, GANG_INT64));
+  RUN(use_post, gang_all_gather_to_list, g, outs, in, count, GANG_INT64);
   for (int q = 0; q < n; q++) {
     for (size_t i = 0; i < count; i++)
       RCHECK(((int64_t *)outs[q])[i] == q * 100000 + (int64_t)i);
@@ -248,12 +266,40 @@ static void check_others(gang_t *g, size_t count) {
   for (int q = 0; q < n; q++)
     for (size_t i = 0; i < count; i++)
       a_in[(size_t)q * count + i] = r * 1000 + q * 10 + (int32_t)(i % 7);
-  RCHECK_OK(gang_all_to_all(g, a_out, a_in, count, GANG_INT32));
+  RUN(use_post, gang_all_to_all, g, a_out, a_in, count, GANG_INT32);
   for (int q = 0; q < n; q++)
     for (size_t i = 0; i < count; i++)
       RCHECK(a_out[(size_t)q * count + i] ==
              q * 1000 + r * 10 + (int32_t)(i % 7));
-  RCHECK_OK(gang_barrier(g));
+  /* all_to_all_v: rank src sends rank dst a2av_count(src, dst) elements,
+   * element k being src * 1000 + dst * 10 + k % 7. */
+  size_t scale = count ? count : 1, in_counts[8], out_counts[8];
+  size_t tin = 0, tout = 0;
+  for (int q = 0; q < n; q++) {
+    in_counts[q] = a2av_count(r, q, scale);
+    out_counts[q] = a2av_count(q, r, scale);
+    tin += in_counts[q];
+    tout += out_counts[q];
+  }
+  int32_t *v_in = malloc((tin + 1) * sizeof *v_in);
+  int32_t *v_out = malloc((tout + 1) * sizeof *v_out);
+  for (int q = 0, o = 0; q < n; q++)
+    for (size_t k = 0; k < in_counts[q]; k++)
+      v_in[o++] = r * 1000 + q * 10 + (int32_t)(k % 7);
+  RUN(use_post, gang_all_to_all_v, g, v_out, out_counts, v_in, in_counts,
+      GANG_INT32);
+  for (int q = 0, o = 0; q < n; q++)
+    for (size_t k = 0; k < out_counts[q]; k++)
+      RCHECK(v_out[o++] == q * 1000 + r * 10 + (int32_t)(k % 7));
+  free(v_in), free(v_out);
+  if (use_post) {
+    gang_work *w = NULL;
+    RCHECK_OK(gang_barrier_post(g, &w));
+    RCHECK_OK(gang_work_wait(w, -1));
+    gang_work_free(w);
+  } else {
+    RCHECK_OK(gang_barrier(g));
+  }
   free(b), free(in), free(out), free(rs_in), free(rs_out), free(a_in),
       free(a_out);
 }
@@ -300,8 +346,7 @@ static void check_p2p_and_bytes(gang_t *g) {
 static int rank_main(int rank, int size, void *arg) {
   (void)arg;
   char addr[64];
-  snprintf(addr, sizeof addr, "127.0.0.1:%d/world%d-%d", g_port, size,
-           g_round);
+  snprintf(addr, sizeof addr, "127.0.0.1:%d/world%d-%d", g_port, size, g_round);
   gang_options o = GANG_OPTIONS_INIT;
   o.timeout_ms = 60000;
   gang_t *g = NULL;
@@ -310,7 +355,7 @@ static int rank_main(int rank, int size, void *arg) {
   size_t counts[] = {0, 1, 7, 1000};
   for (size_t c = 0; c < 4; c++) {
     check_all_reduce(g, counts[c], c == 2);
-    check_others(g, counts[c]);
+    check_others(g, counts[c], c % 2);
   }
   /* The bandwidth path (ring) with large counts. */
   size_t big = (size_t)1 << 20;
@@ -332,7 +377,7 @@ static int rank_main(int rank, int size, void *arg) {
   RCHECK(half != NULL && gang_size(half) == (size + 1 - rank % 2) / 2);
   RCHECK(gang_rank(half) == rank / 2);
   check_all_reduce(half, 7, 0);
-  check_others(half, 7);
+  check_others(half, 7, 1);
   int rev[8];
   for (int i = 0; i < size; i++)
     rev[i] = size - 1 - i;
@@ -340,7 +385,7 @@ static int rank_main(int rank, int size, void *arg) {
   RCHECK_OK(gang_create_subgang(g, rev, size, &reversed));
   RCHECK(gang_rank(reversed) == size - 1 - rank);
   check_all_reduce(reversed, 7, 1);
-  check_others(reversed, 1000);
+  check_others(reversed, 1000, 0);
   check_p2p_and_bytes(reversed);
   gang_destroy(reversed);
   gang_destroy(half);
