@@ -44,6 +44,10 @@
 #define HELLO_LEN 40
 #define MAX_FRAME (1ull << 40)
 #define MAX_ABORT_TEXT 4096
+/* An early message up to this size is read into a buffer at once; a larger
+ * one is left in the socket until its receive is posted, so it lands in
+ * the caller's buffer with no allocation and no extra copy. */
+#define EAGER_MAX (64 * 1024)
 
 /* A message that arrived before its receive was posted. */
 typedef struct umsg {
@@ -61,6 +65,7 @@ typedef struct conn {
   char name[300];
   bool dead;
   bool bye; /* the peer said goodbye: its EOF is expected */
+  bool hup; /* poll saw the peer hang up: read on to its end of stream */
   /* sending: FIFO of registered sends; the head's header is in shdr */
   gang__xfer *sq_head, *sq_tail;
   uint8_t shdr[HDR];
@@ -296,9 +301,9 @@ static void on_header(gang__fabric *f, conn *c) {
     return;
   }
   umsg *u = calloc(1, sizeof *u);
-  if (u != NULL && len > 0)
+  if (u != NULL && len > 0 && len <= EAGER_MAX)
     u->data = malloc((size_t)len);
-  if (u == NULL || (len > 0 && u->data == NULL)) {
+  if (u == NULL || (len > 0 && len <= EAGER_MAX && u->data == NULL)) {
     free(u);
     snprintf(why, sizeof why,
              "cannot buffer a %llu-byte message from %s that arrived before "
@@ -403,6 +408,42 @@ static void peer_closed(gang__fabric *f, conn *c, int err) {
   fail_locked(f, GANG_PEER_LOST, why);
 }
 
+/* A large early message waits in the socket (u->data == NULL) until:
+ * its receive is posted (read straight into it), or this rank waits for
+ * another message behind it on the same connection, or the peer hung up
+ * (then it is buffered, so nothing can deadlock behind it). Returns whether
+ * reading may go on. */
+static bool resolve_deferred(gang__fabric *f, conn *c) {
+  umsg *u = c->rum;
+  if (u->waiting != NULL) {
+    gang__xfer *x = u->waiting;
+    unlink_umsg(c, u);
+    free(u);
+    c->rum = NULL;
+    c->rx = x;
+    return true;
+  }
+  if (c->posted_head == NULL && !c->hup)
+    return false;
+  u->data = malloc(u->len);
+  if (u->data == NULL) {
+    char why[1024];
+    snprintf(why, sizeof why,
+             "cannot buffer a %zu-byte message from %s that arrived before "
+             "its receive",
+             u->len, c->name);
+    fail_locked(f, GANG_NO_MEMORY, why);
+    return false;
+  }
+  return true;
+}
+
+/* Whether c holds a deferred message nobody can take yet. */
+static bool stalled(const conn *c) {
+  return c->in_payload && c->rum != NULL && c->rum->data == NULL &&
+         c->rum->waiting == NULL && c->posted_head == NULL && !c->hup;
+}
+
 /* Reads whatever has arrived on c. Under f->mu. */
 static void pull(gang__fabric *f, conn *c) {
   while (!c->dead && f->failed == GANG_OK) {
@@ -415,6 +456,11 @@ static void pull(gang__fabric *f, conn *c) {
       size_t left = c->rlen - c->rgot;
       if (left == 0) {
         on_payload_done(f, c);
+        continue;
+      }
+      if (c->rum != NULL && c->rum->data == NULL) {
+        if (!resolve_deferred(f, c))
+          return;
         continue;
       }
       if (c->rx)
@@ -532,8 +578,11 @@ static void sleep_in_poll(gang__fabric *f, int64_t deadline) {
     conn *c = &f->conns[p];
     if (p == f->rank || c->dead)
       continue;
+    /* A stalled connection has data we do not want yet: watch it only for
+     * the peer hanging up. */
+    short in = stalled(c) ? POLLRDHUP : POLLIN;
     fds[n++] =
-        (struct pollfd){c->fd, (short)(POLLIN | (c->sq_head ? POLLOUT : 0)), 0};
+        (struct pollfd){c->fd, (short)(in | (c->sq_head ? POLLOUT : 0)), 0};
   }
   int ms = gang__deadline_poll_ms(deadline);
   if (ms < 0 || ms > 1000)
@@ -547,6 +596,13 @@ static void sleep_in_poll(gang__fabric *f, int64_t deadline) {
   }
   pthread_mutex_lock(&f->mu);
   f->polling = false;
+  for (int i = 1; r > 0 && i < n; i++) {
+    if (!(fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR)))
+      continue;
+    for (int p = 0; p < f->size; p++)
+      if (p != f->rank && f->conns[p].fd == fds[i].fd)
+        f->conns[p].hup = true;
+  }
   if (fds != stackfds)
     free(fds);
 }
