@@ -343,6 +343,13 @@ static void print_row(const bench *b, bench_coll c, const shape *s,
   fflush(stdout);
 }
 
+static void print_trimmed(char *line) {
+  size_t n = strlen(line);
+  while (n > 0 && line[n - 1] == ' ')
+    line[--n] = '\0';
+  puts(line);
+}
+
 typedef struct rank_id {
   int32_t pid;
   char host[60];
@@ -389,20 +396,26 @@ static int print_header(bench *b) {
   printf("#\n");
   /* Group labels centred over their four columns (33 characters each). */
   const char *labels[2] = {"out-of-place", "in-place"};
-  printf("#%51s", "");
+  char line[256];
+  int len = snprintf(line, sizeof line, "#%51s", "");
   for (int k = 0; k < 2; k++) {
-    int len = (int)strlen(labels[k]), pad = (33 - len) / 2;
-    printf("%*s%s%*s", pad, "", labels[k], 33 - len - pad, "");
+    int w = (int)strlen(labels[k]), pad = (33 - w) / 2;
+    len += snprintf(line + len, sizeof line - (size_t)len, "%*s%s%*s", pad, "",
+                    labels[k], 33 - w - pad, "");
   }
-  printf("\n");
-  printf("# %10s  %12s  %8s  %6s  %6s", "size", "count", "type", "redop",
-         "root");
+  print_trimmed(line);
+  len = snprintf(line, sizeof line, "# %10s  %12s  %8s  %6s  %6s", "size",
+                 "count", "type", "redop", "root");
   for (int k = 0; k < 2; k++)
-    printf("  %7s  %6s  %6s  %6s", "time", "algbw", "busbw", "#wrong");
-  printf("\n# %10s  %12s  %8s  %6s  %6s", "(B)", "(elements)", "", "", "");
+    len += snprintf(line + len, sizeof line - (size_t)len,
+                    "  %7s  %6s  %6s  %6s", "time", "algbw", "busbw", "#wrong");
+  print_trimmed(line);
+  len = snprintf(line, sizeof line, "# %10s  %12s  %8s  %6s  %6s", "(B)",
+                 "(elements)", "", "", "");
   for (int k = 0; k < 2; k++)
-    printf("  %7s  %6s  %6s  %6s", "(us)", "(GB/s)", "(GB/s)", "");
-  printf("\n");
+    len += snprintf(line + len, sizeof line - (size_t)len,
+                    "  %7s  %6s  %6s  %6s", "(us)", "(GB/s)", "(GB/s)", "");
+  print_trimmed(line);
   fflush(stdout);
   return 0;
 }
