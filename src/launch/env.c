@@ -204,11 +204,12 @@ static gang_status from_torchrun(const env *e, gang_world_info *w) {
       grs ? group_rank : (homogeneous ? w->rank / w->local_world_size : -1);
 
   GANG_CHECK(read_master(e, w, &as, &ps));
-  if (w->world_size > 1) {
-    /* torch's env:// needs both to rendezvous; torchrun always sets them. */
+  if (w->world_size > 1 && env_get(e, "GANG_STORE_ADDR") == NULL) {
+    /* torch's env:// needs both to rendezvous; torchrun always sets them.
+     * GANG_STORE_ADDR names the store itself, which is all gang needs. */
     GANG_CHECK(need("MASTER_ADDR", as, "WORLD_SIZE", env_get(e, "WORLD_SIZE")));
     GANG_CHECK(need("MASTER_PORT", ps, "WORLD_SIZE", env_get(e, "WORLD_SIZE")));
-  } else if (!as) {
+  } else if (!as && w->world_size == 1) {
     strcpy(w->master_addr, "127.0.0.1");
   }
   w->source = GANG_WORLD_SOURCE_TORCHRUN;
