@@ -102,14 +102,15 @@ GANG_API gang_status gang_mesh_slice(const gang_mesh *m,
 
 /* One gang over all dimensions of m (PyTorch's mesh._flatten(name)): the
  * ranks of the sub-grid of m's dimensions that contains this rank, in
- * row-major order. name NULL means m's names joined by "_". The gang is
- * registered under the name with the mesh m was created from, so
- * gang_mesh_group(any related mesh, name) finds it, and flattening the same
- * dimensions under the same name again returns it. On a 1-D mesh under
- * its own name it is that dimension's gang. *out is borrowed (NULL outside
- * the mesh). Collective over the mesh's gang. Errors: GANG_INVALID_ARGUMENT
- * for a name that is a dimension name of the original mesh, or already
- * names a flattening of other dimensions, or no name on an unnamed mesh. */
+ * row-major order of the original mesh's dimensions. name NULL means m's names
+ * joined by "_". The gang is registered under the name with the mesh m was
+ * created from, so gang_mesh_group(any related mesh, name) finds it, and
+ * flattening the same dimensions under the same name again returns it. On a 1-D
+ * mesh under its own name it is that dimension's gang. *out is borrowed (NULL
+ * outside the mesh). Collective over the mesh's gang. Errors:
+ * GANG_INVALID_ARGUMENT for a name that is a dimension name of the original
+ * mesh, or already names a flattening of other dimensions, or no name on an
+ * unnamed mesh. */
 GANG_API gang_status gang_mesh_flatten(gang_mesh *m, const char *name,
                                        gang_t **out);
 
