@@ -20,7 +20,7 @@
   do {                                                                         \
     gang_status st_ = (call);                                                  \
     if (st_ != GANG_OK) {                                                      \
-      fprintf(stderr, "%s failed: %s (%s)\n", #call, gang_strerror(st_),      \
+      fprintf(stderr, "%s failed: %s (%s)\n", #call, gang_strerror(st_),       \
               gang_last_error());                                              \
       return 1;                                                                \
     }                                                                          \
@@ -75,9 +75,10 @@ static int demo(gang_t *world, const char *where) {
   for (int r = 0; r < size; r++) {
     if (r == rank) {
       printf("rank %d/%d (%s, pid %d): sum %.0f max %.0f seed %lld, "
-             "%s sub-gang rank %d/%d sums to %.0f, pids", rank, size, where,
-             (int)pid, sum, max, (long long)seed, rank % 2 ? "odd" : "even",
-             gang_rank(parity), gang_size(parity), parity_sum);
+             "%s sub-gang rank %d/%d sums to %.0f, pids",
+             rank, size, where, (int)pid, sum, max, (long long)seed,
+             rank % 2 ? "odd" : "even", gang_rank(parity), gang_size(parity),
+             parity_sum);
       for (int i = 0; i < size; i++)
         printf("%s%d", i ? "," : " ", (int)pids[i]);
       printf(" -> %s\n", ok ? "all checks pass" : "WRONG");

@@ -3,6 +3,7 @@
 #ifndef GANG_CORE_CLOCK_H
 #define GANG_CORE_CLOCK_H
 
+#include <pthread.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -35,6 +36,19 @@ static inline int gang__deadline_poll_ms(int64_t deadline) {
 
 static inline int gang__deadline_passed(int64_t deadline) {
   return deadline != GANG_DEADLINE_NONE && gang__now_ns() >= deadline;
+}
+
+/* Waits on `cv` (created with CLOCK_MONOTONIC) until signalled, `deadline`
+ * or `slice_ns` from now, whichever comes first; callers re-check their
+ * condition (and state nobody signals, such as an abort) each slice. */
+static inline void gang__cond_wait_slice(pthread_cond_t *cv,
+                                         pthread_mutex_t *mu, int64_t deadline,
+                                         int64_t slice_ns) {
+  int64_t wake = gang__now_ns() + slice_ns;
+  if (deadline != GANG_DEADLINE_NONE && deadline < wake)
+    wake = deadline;
+  struct timespec ts = {(time_t)(wake / 1000000000), (long)(wake % 1000000000)};
+  pthread_cond_timedwait(cv, mu, &ts);
 }
 
 #endif

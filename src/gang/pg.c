@@ -359,14 +359,7 @@ static gang_status pg_wait(gang_work *w, int64_t deadline) {
       deadline = GANG_DEADLINE_NONE;
       continue;
     }
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    int64_t wake = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec + 50000000;
-    if (deadline != GANG_DEADLINE_NONE && deadline < wake)
-      wake = deadline;
-    ts.tv_sec = wake / 1000000000;
-    ts.tv_nsec = wake % 1000000000;
-    pthread_cond_timedwait(&p->cv, &p->mu, &ts);
+    gang__cond_wait_slice(&p->cv, &p->mu, deadline, 50000000);
   }
   pthread_mutex_unlock(&p->mu);
   return w->status;

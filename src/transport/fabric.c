@@ -334,6 +334,16 @@ static void unlink_umsg(conn *c, umsg *u) {
   }
 }
 
+/* Hands a fully arrived unexpected message to its receive. */
+static void deliver(gang__fabric *f, conn *c, umsg *u, gang__xfer *x) {
+  if (x->len)
+    memcpy(x->buf, u->data, x->len);
+  unlink_umsg(c, u);
+  free(u->data);
+  free(u);
+  complete(f, x);
+}
+
 static void on_payload_done(gang__fabric *f, conn *c) {
   c->in_payload = false;
   c->rhdr_got = 0;
@@ -360,15 +370,8 @@ static void on_payload_done(gang__fabric *f, conn *c) {
     umsg *u = c->rum;
     c->rum = NULL;
     u->got = u->len;
-    if (u->waiting != NULL) {
-      gang__xfer *x = u->waiting;
-      if (x->len)
-        memcpy(x->buf, u->data, x->len);
-      unlink_umsg(c, u);
-      free(u->data);
-      free(u);
-      complete(f, x);
-    }
+    if (u->waiting != NULL)
+      deliver(f, c, u, u->waiting);
   }
 }
 
@@ -486,12 +489,7 @@ static void register_xfer(gang__fabric *f, gang__xfer *x) {
       return;
     }
     if (u->got == u->len && c->rum != u) {
-      if (x->len)
-        memcpy(x->buf, u->data, x->len);
-      unlink_umsg(c, u);
-      free(u->data);
-      free(u);
-      complete(f, x);
+      deliver(f, c, u, x);
     } else {
       u->waiting = x;
     }
@@ -637,14 +635,7 @@ gang_status gang__fabric_wait(gang__fabric *f, gang__xgroup *grp, gang__xfer *x,
     } else {
       if (gang__deadline_passed(deadline))
         break;
-      struct timespec ts;
-      clock_gettime(CLOCK_MONOTONIC, &ts);
-      int64_t wake = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec + 10000000;
-      if (deadline != GANG_DEADLINE_NONE && deadline < wake)
-        wake = deadline;
-      ts.tv_sec = wake / 1000000000;
-      ts.tv_nsec = wake % 1000000000;
-      pthread_cond_timedwait(&f->cv, &f->mu, &ts);
+      gang__cond_wait_slice(&f->cv, &f->mu, deadline, 10000000);
     }
   }
   if (driving) {

@@ -153,8 +153,8 @@ static const gang_dtype all_dtypes[] = {
 static const gang_reduce_op all_ops[] = {GANG_SUM, GANG_MEAN, GANG_PRODUCT,
                                          GANG_MIN, GANG_MAX};
 
-/* all_reduce every dtype x op x count on gang g whose members, in gang rank
- * order, hold the test data of "ranks" 0..size-1 (the gang rank). */
+/* all_reduce and reduce_scatter, every dtype x op x count, on gang g whose
+ * members hold the test data of "ranks" 0..size-1 (the gang rank). */
 static void check_all_reduce(gang_t *g, size_t count, int use_post) {
   int r = gang_rank(g), n = gang_size(g);
   uint8_t *buf = malloc(count * 8 + 8);
@@ -187,6 +187,33 @@ static void check_all_reduce(gang_t *g, size_t count, int use_post) {
           _exit(1);
         }
       }
+      /* reduce_scatter of the same kind of data: element i of block q is
+       * value(rank, q * count + i); this rank gets block `r` reduced. */
+      size_t es = gang_dtype_size(dt);
+      uint8_t *rin = malloc(count * (size_t)n * es + 8);
+      RCHECK(rin != NULL);
+      for (size_t i = 0; i < count * (size_t)n; i++)
+        put(rin, i, dt, value(r, i, op));
+      if (use_post) {
+        gang_work *w = NULL;
+        RCHECK_OK(gang_reduce_scatter_post(g, buf, rin, count, dt, op, &w));
+        RCHECK_OK(gang_work_wait(w, -1));
+        gang_work_free(w);
+      } else {
+        RCHECK_OK(gang_reduce_scatter(g, buf, rin, count, dt, op));
+      }
+      for (size_t i = 0; i < count; i++) {
+        size_t idx = (size_t)r * count + i;
+        double got = get(buf, i, dt), want = expect(n, idx, op, dt);
+        if (!close_enough(got, want, dt, op)) {
+          fprintf(stderr,
+                  "reduce_scatter %s %s count %zu [%zu]: got %g want %g\n",
+                  gang_dtype_name(dt), gang_reduce_op_name(op), count, i, got,
+                  want);
+          _exit(1);
+        }
+      }
+      free(rin);
     }
   }
   free(buf);
