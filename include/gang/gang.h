@@ -20,10 +20,16 @@
  *   gang_get_last_error(g) says what happened.
  * - Buffers are borrowed until the operation completes; for a _post call,
  *   until gang_work_wait/test reports completion.
- * - A gang may be used from several threads; operations on one gang are
- *   ordered by the order in which they are posted, so concurrent posting
- *   from two threads needs the caller's own ordering across ranks. Different
- *   gangs (including sub-gangs of one world) are independent. */
+ * - Collectives on one gang run in the order they are posted, which must
+ *   be the same on every rank: post to one gang from one thread at a time
+ *   (the library does not serialise concurrent posts to the same gang).
+ *   Different gangs, including sub-gangs of one world, may be used from
+ *   different threads at the same time.
+ * - Failures are shared by a world: the world gang and every sub-gang made
+ *   from it use one set of connections, so a lost peer, a timed-out wait
+ *   (including gang_work_wait(w, 0): poll with gang_work_test instead),
+ *   gang_abort and gang_work_free of an unfinished work fail every gang of
+ *   the world on this rank and are passed on to the other ranks. */
 #ifndef GANG_GANG_H
 #define GANG_GANG_H
 

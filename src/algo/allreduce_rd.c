@@ -3,9 +3,9 @@
  * in one bit, then reduces. With p not a power of two, the p - p2 extra
  * ranks first fold their data into a partner below p2 and get the result
  * back at the end (2 more rounds for them). Latency-optimal:
- * lg(p) alpha + lg(p) n beta. Every rank reduces the same two operands in
- * the same order (IEEE add, mul, min and max are commutative), so all ranks
- * end with bit-identical results. */
+ * lg(p) alpha + lg(p) n beta. Partners reduce the same two operands in the
+ * same order (lower rank first), so all ranks end with bit-identical
+ * results, NaN payloads included. */
 #include "algo.h"
 
 #include <string.h>
@@ -42,7 +42,13 @@ gang_status algo_allreduce_rd(algo_ctx *a, void *buf, size_t count,
     int partner = r ^ mask;
     GANG_CHECK(algo_sendrecv(a, partner, buf, bytes, partner, tmp, bytes,
                              TAG_ROUND + round));
-    gang__reduce(buf, tmp, count, dt, op);
+    /* The lower rank's data is always the first operand, so both partners
+     * compute the same bits even where the operation is not bitwise
+     * commutative (which NaN an add or a min returns). */
+    if (r < partner)
+      gang__reduce3(buf, buf, tmp, count, dt, op);
+    else
+      gang__reduce3(buf, tmp, buf, count, dt, op);
   }
   if (r < extra)
     GANG_CHECK(algo_sendrecv(a, r + p2, buf, bytes, -1, NULL, 0, TAG_UNFOLD));

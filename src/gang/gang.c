@@ -233,8 +233,8 @@ static gang_status validate(gang_t *g, const gang__coll *c, const char *fn) {
 
 /* ---- Post, wait, test ---------------------------------------------------- */
 
-static gang_status post(gang_t *g, const gang__coll *c, gang_work *w, bool heap,
-                        const char *fn);
+static gang_status post_ex(gang_t *g, const gang__coll *c, gang_work *w,
+                           bool heap, bool check, const char *fn);
 static gang_status wait_work(gang_work *w, int64_t timeout_ms);
 
 /* The signature of a collective: what every rank must agree on. */
@@ -283,10 +283,8 @@ static gang_status check_signature(gang_t *g, const gang__coll *c,
                    .count = SIG_N,
                    .dtype = GANG_UINT64};
   gang_work w;
-  bool saved = g->check;
-  g->check = false; /* the check's own all_gather is not checked */
-  gang_status st = post(g, &ag, &w, false, fn);
-  g->check = saved;
+  /* The check's own all_gather is not checked. */
+  gang_status st = post_ex(g, &ag, &w, false, false, fn);
   if (st == GANG_OK)
     st = wait_work(&w, -1);
   if (st != GANG_OK) {
@@ -310,13 +308,13 @@ static gang_status check_signature(gang_t *g, const gang__coll *c,
   return GANG_OK;
 }
 
-static gang_status post(gang_t *g, const gang__coll *c, gang_work *w, bool heap,
-                        const char *fn) {
+static gang_status post_ex(gang_t *g, const gang__coll *c, gang_work *w,
+                           bool heap, bool check, const char *fn) {
   GANG_ARG_CHECK(g != NULL, fn, "gang is NULL");
   GANG_CHECK(check_broken(g, fn));
   GANG_CHECK(validate(g, c, fn));
   if (c->kind != GANG_COLL_SEND && c->kind != GANG_COLL_RECV) {
-    if (g->check)
+    if (check)
       GANG_CHECK(check_signature(g, c, fn));
     g->ncoll++;
   }
@@ -329,6 +327,11 @@ static gang_status post(gang_t *g, const gang__coll *c, gang_work *w, bool heap,
   if (st != GANG_OK)
     return gang__fail(g, st);
   return GANG_OK;
+}
+
+static gang_status post(gang_t *g, const gang__coll *c, gang_work *w, bool heap,
+                        const char *fn) {
+  return post_ex(g, c, w, heap, g != NULL && g->check, fn);
 }
 
 static gang_status wait_work(gang_work *w, int64_t timeout_ms) {
@@ -615,11 +618,11 @@ gang_status gang_split(gang_t *g, int color, int key, gang_t **out) {
   gang_t *result = NULL;
   while (st == GANG_OK) {
     /* The smallest colour not yet handled. */
-    int32_t next = INT32_MAX;
+    int64_t next = INT64_MAX; /* INT32_MAX is a valid colour */
     for (int i = 0; i < n; i++)
       if (all[i].color >= 0 && all[i].color < next)
         next = all[i].color;
-    if (next == INT32_MAX)
+    if (next == INT64_MAX)
       break;
     split_entry *members = calloc((size_t)n, sizeof *members);
     if (members == NULL) {

@@ -61,7 +61,8 @@ typedef struct pg {
   uint64_t seq;      /* collectives posted */
   uint64_t subgangs; /* sub-gangs created (a collective counter) */
   gang_work *q_head, *q_tail;
-  bool running; /* a collective is executing */
+  gang_work *p2p; /* registered point-to-point works not yet completed */
+  bool running;   /* a collective is executing */
   bool has_thread, stop;
   pthread_t thread;
   void *scratch[2];
@@ -239,7 +240,7 @@ done:
  * while the queue has work). Called with p->mu held; returns with it held. */
 static void drain(gang_t *g, gang_work *until) {
   pg *p = g->impl;
-  while (p->q_head != NULL && !p->running &&
+  while (p->q_head != NULL && !p->running && !p->stop &&
          (until == NULL || !atomic_load(&until->done))) {
     gang_work *w = p->q_head;
     p->q_head = w->next;
@@ -250,6 +251,15 @@ static void drain(gang_t *g, gang_work *until) {
     gang_status st = execute(g, w);
     if (st == GANG_TIMEOUT)
       diagnose_timeout(g, w);
+    /* A failure found before any byte moved (a bad split, no memory) must
+     * still reach the peers, or they wait for this rank until their
+     * deadline. */
+    if (st != GANG_OK &&
+        gang__fabric_status(p->w->fabric, NULL, 0) == GANG_OK) {
+      char why[1024];
+      snprintf(why, sizeof why, "%s", gang_last_error());
+      gang__fabric_fail(p->w->fabric, st, why);
+    }
     gang__work_complete(w, st);
     pthread_mutex_lock(&p->mu);
     p->running = false;
@@ -297,7 +307,24 @@ static gang_status post_p2p(gang_t *g, const gang__coll *c, gang_work *w) {
                       .buf = send ? (void *)c->in : c->out,
                       .len = c->count};
   w->impl = s;
-  return gang__fabric_start(p->w->fabric, &s->x, 1, &s->grp, s->what);
+  GANG_CHECK(gang__fabric_start(p->w->fabric, &s->x, 1, &s->grp, s->what));
+  pthread_mutex_lock(&p->mu);
+  w->next = p->p2p;
+  p->p2p = w;
+  pthread_mutex_unlock(&p->mu);
+  return GANG_OK;
+}
+
+/* A point-to-point work is done: forget it. */
+static void p2p_done(pg *p, gang_work *w, gang_status st) {
+  pthread_mutex_lock(&p->mu);
+  for (gang_work **pp = &p->p2p; *pp; pp = &(*pp)->next)
+    if (*pp == w) {
+      *pp = w->next;
+      break;
+    }
+  pthread_mutex_unlock(&p->mu);
+  gang__work_complete(w, st);
 }
 
 /* ---- Backend operations ---------------------------------------------------
@@ -309,6 +336,15 @@ static gang_status pg_post(gang_t *g, const gang__coll *c, gang_work *w) {
     return post_p2p(g, c, w);
   w->impl = NULL;
   pthread_mutex_lock(&p->mu);
+  if (w->heap && !p->has_thread) {
+    /* Start the worker before queuing: a work that fails to post must not
+     * stay in the queue. */
+    if (pthread_create(&p->thread, NULL, worker_main, g) != 0) {
+      pthread_mutex_unlock(&p->mu);
+      return gang__error(GANG_SYSTEM, "gang: cannot start its worker thread");
+    }
+    p->has_thread = true;
+  }
   w->seq = ++p->seq;
   w->next = NULL;
   if (p->q_tail)
@@ -316,18 +352,10 @@ static gang_status pg_post(gang_t *g, const gang__coll *c, gang_work *w) {
   else
     p->q_head = w;
   p->q_tail = w;
-  gang_status st = GANG_OK;
-  if (w->heap) {
-    if (!p->has_thread) {
-      if (pthread_create(&p->thread, NULL, worker_main, g) == 0)
-        p->has_thread = true;
-      else
-        st = gang__error(GANG_SYSTEM, "gang: cannot start its worker thread");
-    }
+  if (w->heap)
     pthread_cond_broadcast(&p->cv);
-  }
   pthread_mutex_unlock(&p->mu);
-  return st;
+  return GANG_OK;
 }
 
 static gang_status pg_wait(gang_work *w, int64_t deadline) {
@@ -337,7 +365,7 @@ static gang_status pg_wait(gang_work *w, int64_t deadline) {
     p2p_state *s = w->impl;
     gang_status st =
         gang__fabric_wait(p->w->fabric, &s->grp, &s->x, 1, deadline, s->what);
-    gang__work_complete(w, st);
+    p2p_done(p, w, st);
     return st;
   }
   pthread_mutex_lock(&p->mu);
@@ -373,7 +401,7 @@ static void pg_test(gang_work *w) {
     bool done = false;
     gang_status st = gang__fabric_test(p->w->fabric, &s->grp, s->what, &done);
     if (st != GANG_OK || done)
-      gang__work_complete(w, st);
+      p2p_done(p, w, st);
   }
   /* Queued collectives progress on the worker thread. */
 }
@@ -465,9 +493,20 @@ static void pg_destroy(gang_t *g) {
   if (joined)
     pthread_join(p->thread, NULL);
   /* Collectives nobody waited for fail: their buffers are the caller's. */
-  for (gang_work *w = p->q_head; w; w = w->next) {
+  for (gang_work *w = p->q_head, *next; w; w = next) {
+    next = w->next;
     gang__error(GANG_ABORTED, "gang destroyed before its %s ran",
                 gang__coll_name(w->coll.kind));
+    gang__work_complete(w, GANG_ABORTED);
+  }
+  /* Point-to-point works are withdrawn from the fabric, which outlives
+   * this gang when siblings share the world. */
+  for (gang_work *w = p->p2p, *next; w; w = next) {
+    next = w->next;
+    p2p_state *s = w->impl;
+    gang__error(GANG_ABORTED, "gang destroyed before its %s completed",
+                s->what);
+    gang__fabric_cancel(p->w->fabric, &s->x, 1, gang_last_error());
     gang__work_complete(w, GANG_ABORTED);
   }
   world_release(p->w);
@@ -621,6 +660,10 @@ static gang_status create(const gang_options *opts, const char *store_addr,
   gang__fabric_config cfg = {rank, size, w->store, host,
                              gang__deadline_in_ms(timeout_ms)};
   GANG_CHECK_GOTO(gang__fabric_create(&cfg, &w->fabric), st, fail);
+  /* After setup the store only serves timeout diagnoses, which must not
+   * wait longer than their own budget (at most 1 s) on a lost store. */
+  if (w->store != NULL)
+    gang_store_set_timeout(w->store, 2000);
   int *map = malloc(sizeof *map * (size_t)size);
   if (map == NULL) {
     st = gang__error(GANG_NO_MEMORY, "gang: out of memory");

@@ -514,7 +514,7 @@ static void register_xfer(gang__fabric *f, gang__xfer *x) {
   x->off = 0;
   x->done = false;
   if (x->send) {
-    if (c->dead && c->bye) {
+    if (c->bye) { /* it said goodbye: nobody will read this */
       left_before(f, c);
       return;
     }
@@ -558,8 +558,11 @@ static void progress(gang__fabric *f) {
   for (int p = 0; p < f->size && f->failed == GANG_OK; p++) {
     if (p == f->rank || f->conns[p].dead)
       continue;
-    push_sends(f, &f->conns[p]);
+    /* Read first: a goodbye waiting in the socket must fail a send to that
+     * peer instead of letting it vanish into a closing connection. */
     pull(f, &f->conns[p]);
+    if (f->failed == GANG_OK)
+      push_sends(f, &f->conns[p]);
   }
 }
 
@@ -636,7 +639,7 @@ gang_status gang__fabric_start(gang__fabric *f, gang__xfer *x, int n,
   if (f->failed != GANG_OK)
     return failure_locked(f, what);
   grp->remaining = n;
-  for (int i = 0; i < n; i++) {
+  for (int i = 0; i < n && f->failed == GANG_OK; i++) {
     x[i].grp = grp;
     register_xfer(f, &x[i]);
   }
@@ -648,6 +651,47 @@ gang_status gang__fabric_start(gang__fabric *f, gang__xfer *x, int n,
     return failure_locked(f, what);
   pthread_mutex_unlock(&f->mu);
   return GANG_OK;
+}
+
+/* Unlinks x from a singly linked transfer list; true if it was there. */
+static bool unlink_xfer(gang__xfer **head, gang__xfer **tail, gang__xfer *x) {
+  gang__xfer *prev = NULL;
+  for (gang__xfer *p = *head; p; prev = p, p = p->next) {
+    if (p != x)
+      continue;
+    if (prev)
+      prev->next = x->next;
+    else
+      *head = x->next;
+    if (*tail == x)
+      *tail = prev;
+    x->next = NULL;
+    return true;
+  }
+  return false;
+}
+
+void gang__fabric_cancel(gang__fabric *f, gang__xfer *x, int n,
+                         const char *why) {
+  pthread_mutex_lock(&f->mu);
+  for (int i = 0; i < n; i++) {
+    if (x[i].done || f->failed != GANG_OK)
+      continue;
+    conn *c = &f->conns[x[i].peer];
+    bool on_wire = c->rx == &x[i] || (c->sq_head == &x[i] && x[i].off > 0);
+    if (on_wire) {
+      fail_locked(f, GANG_ABORTED, why);
+      continue;
+    }
+    if (!unlink_xfer(&c->sq_head, &c->sq_tail, &x[i]) &&
+        !unlink_xfer(&c->posted_head, &c->posted_tail, &x[i]))
+      for (umsg *u = c->uq_head; u; u = u->next)
+        if (u->waiting == &x[i])
+          u->waiting = NULL;
+    complete(f, &x[i]);
+  }
+  /* A failure completed the rest. */
+  pthread_mutex_unlock(&f->mu);
 }
 
 gang_status gang__fabric_test(gang__fabric *f, gang__xgroup *grp,

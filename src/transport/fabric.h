@@ -81,6 +81,13 @@ gang_status gang__fabric_wait(gang__fabric *f, gang__xgroup *grp, gang__xfer *x,
 gang_status gang__fabric_test(gang__fabric *f, gang__xgroup *grp,
                               const char *what, bool *done);
 
+/* Withdraws registered transfers that are not done (their owner is going
+ * away). A transfer half on the wire cannot be withdrawn without
+ * corrupting the stream: then the fabric is failed with `why`. Either way
+ * every transfer of x[0..n) is done (and unlinked) on return. */
+void gang__fabric_cancel(gang__fabric *f, gang__xfer *x, int n,
+                         const char *why);
+
 /* Starts and waits for the n transfers. `what` names the operation in
  * error details ("all_reduce #12"). Errors: GANG_PEER_LOST, GANG_TIMEOUT,
  * GANG_ABORTED, GANG_MISMATCH, GANG_PROTOCOL, GANG_SYSTEM (after which the

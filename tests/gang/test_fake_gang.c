@@ -273,6 +273,10 @@ static void test_subgangs(void **state) {
   assert_non_null(split);
   assert_int_equal(gang_size(split), 6);
   assert_int_equal(gang_rank(split), 3);
+  gang_destroy(split);
+  split = NULL;
+  assert_gang_ok(gang_split(g, INT32_MAX, 0, &split)); /* a valid colour */
+  assert_non_null(split);
   assert_int_equal(gang_split(g, -5, 0, &split), GANG_INVALID_ARGUMENT);
   gang_destroy(split);
   gang_destroy(sub);

@@ -109,6 +109,123 @@ static void test_peer_dies_with_message_waiting(void **state) {
   assert_int_equal(gt_run_ranks(3, death_rank, NULL, 60000), 0);
 }
 
+/* Regressions from review: a posted receive outliving its gang, a send to a
+ * rank that already left, a local argument error that must reach the
+ * peers, and NaN payloads that must come out bit-identical everywhere. */
+static int review_rank(int rank, int size, void *arg) {
+  (void)arg;
+  gang_t *g = join(rank, size);
+  char buf[16] = "left soon";
+  if (rank == 1) {
+    RCHECK_OK(gang_send(g, buf, sizeof buf, 0, 1));
+    gang_destroy(g);
+    return 0;
+  }
+  RCHECK_OK(gang_recv(g, buf, sizeof buf, 1, 1));
+  /* Rank 1's goodbye is on its way; give it time to arrive. */
+  struct timespec ts = {0, 200 * 1000 * 1000};
+  nanosleep(&ts, NULL);
+  gang_status st = gang_send(g, buf, sizeof buf, 1, 2);
+  fprintf(stderr, "send after the peer left: %s: %s\n", gang_status_name(st),
+          gang_last_error());
+  RCHECK(st == GANG_PEER_LOST && strstr(gang_last_error(), "left") != NULL);
+  gang_destroy(g);
+  return 0;
+}
+
+static void test_send_after_peer_left(void **state) {
+  (void)state;
+  g_round++;
+  assert_int_equal(gt_run_ranks(2, review_rank, NULL, 60000), 0);
+}
+
+static int posted_rank(int rank, int size, void *arg) {
+  (void)arg;
+  gang_t *g = join(rank, size);
+  int all[2] = {0, 1};
+  gang_t *sub = NULL;
+  RCHECK_OK(gang_create_subgang(g, all, 2, &sub));
+  char buf[16];
+  gang_work *w = NULL;
+  if (rank == 0)
+    RCHECK_OK(gang_recv_post(sub, buf, sizeof buf, 1, 7, &w));
+  /* The sub-gang goes; the world (and its connections) stays. */
+  gang_destroy(sub);
+  if (w != NULL) {
+    /* The work is finished (aborted), withdrawn from the fabric, and never
+     * touches the destroyed gang. */
+    RCHECK(gang_work_wait(w, 0) == GANG_ABORTED);
+    gang_work_free(w);
+  }
+  RCHECK_OK(gang_barrier(g));
+  gang_destroy(g);
+  return 0;
+}
+
+static void test_posted_receive_outlives_gang(void **state) {
+  (void)state;
+  g_round++;
+  assert_int_equal(gt_run_ranks(2, posted_rank, NULL, 60000), 0);
+}
+
+static int a2av_rank(int rank, int size, void *arg) {
+  (void)arg;
+  gang_t *g = join(rank, size);
+  int32_t in[4] = {0}, out[4] = {0};
+  size_t ic[2] = {1, 1}, oc[2] = {1, 1};
+  if (rank == 0)
+    oc[0] = 2; /* disagrees with its own in_counts[0] */
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  gang_status st = gang_all_to_all_v(g, out, oc, in, ic, GANG_INT32);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double took =
+      (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
+  fprintf(stderr, "rank %d: %s after %.3f s: %s\n", rank, gang_status_name(st),
+          took, gang_last_error());
+  /* Both learn it at once, not at the 30 s deadline. */
+  RCHECK(st == GANG_MISMATCH);
+  RCHECK(took < 2.0);
+  gang_destroy(g);
+  return 0;
+}
+
+static void test_local_error_reaches_peers(void **state) {
+  (void)state;
+  g_round++;
+  assert_int_equal(gt_run_ranks(2, a2av_rank, NULL, 60000), 0);
+}
+
+static int nan_rank(int rank, int size, void *arg) {
+  (void)arg;
+  gang_t *g = join(rank, size);
+  gang_reduce_op ops[] = {GANG_SUM, GANG_MIN, GANG_MAX, GANG_PRODUCT};
+  for (int o = 0; o < 4; o++) {
+    /* Each rank holds a different NaN payload. */
+    uint32_t bits = 0x7fc00001u + (uint32_t)rank * 0x80000001u;
+    float x[3];
+    memcpy(&x[0], &bits, 4);
+    x[1] = (float)rank;
+    memcpy(&x[2], &bits, 4);
+    RCHECK_OK(gang_all_reduce(g, x, 3, GANG_FLOAT32, ops[o]));
+    uint32_t mine[3], all[24];
+    memcpy(mine, x, sizeof mine);
+    RCHECK_OK(gang_all_gather(g, all, mine, 3, GANG_UINT32));
+    for (int r = 1; r < size; r++)
+      RCHECK(memcmp(all, all + 3 * r, sizeof mine) == 0);
+  }
+  gang_destroy(g);
+  return 0;
+}
+
+static void test_nan_results_identical(void **state) {
+  (void)state;
+  for (int n = 2; n <= 5; n += 3) {
+    g_round++;
+    assert_int_equal(gt_run_ranks(n, nan_rank, NULL, 60000), 0);
+  }
+}
+
 static gt_store_proc g_srv;
 
 static int setup(void **state) {
@@ -128,6 +245,10 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       GT_TEST(test_early_messages),
       GT_TEST(test_peer_dies_with_message_waiting),
+      GT_TEST(test_send_after_peer_left),
+      GT_TEST(test_posted_receive_outlives_gang),
+      GT_TEST(test_local_error_reaches_peers),
+      GT_TEST(test_nan_results_identical),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
