@@ -19,7 +19,6 @@
 #include "gang_impl.h"
 #include "transport/fabric.h"
 
-static int g_port;
 static int g_round;
 
 static double now_s(void) {
@@ -29,13 +28,7 @@ static double now_s(void) {
 }
 
 static gang_t *join(int rank, int size, int64_t timeout_ms) {
-  char addr[64];
-  snprintf(addr, sizeof addr, "127.0.0.1:%d/faults%d", g_port, g_round);
-  gang_options o = GANG_OPTIONS_INIT;
-  o.timeout_ms = timeout_ms;
-  gang_t *g = NULL;
-  RCHECK_OK(gang_create_with_store(&o, addr, rank, size, &g));
-  return g;
+  return gt_join("faults", g_round, rank, size, timeout_ms, 0);
 }
 
 /* Runs `victim` as gang rank `rank` in a grandchild; returns its pid after
@@ -260,13 +253,7 @@ static void test_mismatched_counts(void **state) {
 
 static int checked_rank(int rank, int size, void *arg) {
   (void)arg;
-  char addr[64];
-  snprintf(addr, sizeof addr, "127.0.0.1:%d/faults%d", g_port, g_round);
-  gang_options o = GANG_OPTIONS_INIT;
-  o.timeout_ms = 30000;
-  o.check = 1;
-  gang_t *g = NULL;
-  RCHECK_OK(gang_create_with_store(&o, addr, rank, size, &g));
+  gang_t *g = gt_join("faults", g_round, rank, size, 30000, 1);
   /* Agreeing calls pass the check, on the world and on a sub-gang. */
   float x[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
   RCHECK_OK(gang_all_reduce(g, x, 10, GANG_FLOAT32, GANG_SUM));
@@ -335,21 +322,6 @@ static void test_garbage_from_peer(void **state) {
   assert_int_equal(gt_run_ranks(2, garbage_rank, NULL, 30000), 0);
 }
 
-static gt_store_proc g_srv;
-
-static int setup(void **state) {
-  (void)state;
-  g_srv = gt_store_proc_start(NULL);
-  g_port = g_srv.port;
-  return 0;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  gt_store_proc_stop(&g_srv);
-  return 0;
-}
-
 int main(void) {
   const struct CMUnitTest tests[] = {
       GT_TEST(test_kill9_during_all_reduce),
@@ -359,5 +331,6 @@ int main(void) {
       GT_TEST(test_signature_check),
       GT_TEST(test_garbage_from_peer),
   };
-  return cmocka_run_group_tests(tests, setup, teardown);
+  return cmocka_run_group_tests(tests, gt_store_group_setup,
+                                gt_store_group_teardown);
 }

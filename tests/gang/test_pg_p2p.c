@@ -10,16 +10,10 @@
 
 #include "gang/gang.h"
 
-static int g_port, g_round;
+static int g_round;
 
 static gang_t *join(int rank, int size) {
-  char addr[64];
-  snprintf(addr, sizeof addr, "127.0.0.1:%d/p2p%d", g_port, g_round);
-  gang_options o = GANG_OPTIONS_INIT;
-  o.timeout_ms = 30000;
-  gang_t *g = NULL;
-  RCHECK_OK(gang_create_with_store(&o, addr, rank, size, &g));
-  return g;
+  return gt_join("p2p", g_round, rank, size, 30000, 0);
 }
 
 static uint8_t pattern(int tag, size_t i) {
@@ -226,21 +220,6 @@ static void test_nan_results_identical(void **state) {
   }
 }
 
-static gt_store_proc g_srv;
-
-static int setup(void **state) {
-  (void)state;
-  g_srv = gt_store_proc_start(NULL);
-  g_port = g_srv.port;
-  return 0;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  gt_store_proc_stop(&g_srv);
-  return 0;
-}
-
 int main(void) {
   const struct CMUnitTest tests[] = {
       GT_TEST(test_early_messages),
@@ -250,5 +229,6 @@ int main(void) {
       GT_TEST(test_local_error_reaches_peers),
       GT_TEST(test_nan_results_identical),
   };
-  return cmocka_run_group_tests(tests, setup, teardown);
+  return cmocka_run_group_tests(tests, gt_store_group_setup,
+                                gt_store_group_teardown);
 }

@@ -14,6 +14,7 @@
 
 #include <pthread.h>
 
+#include "gang/gang.h"
 #include "gang/status.h"
 #include "gang/store.h"
 
@@ -265,6 +266,34 @@ void gt_store_proc_stop(gt_store_proc *sp) {
   sp->pid = -1;
   if (r < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
     fail_msg("the store server process did not exit cleanly");
+}
+
+static gt_store_proc group_store;
+
+int gt_store_group_setup(void **state) {
+  (void)state;
+  group_store = gt_store_proc_start(NULL);
+  return group_store.port > 0 ? 0 : -1;
+}
+
+int gt_store_group_teardown(void **state) {
+  (void)state;
+  gt_store_proc_stop(&group_store);
+  return 0;
+}
+
+int gt_store_port(void) { return group_store.port; }
+
+gang_t *gt_join(const char *ns, int round, int rank, int size,
+                int64_t timeout_ms, int check) {
+  char addr[160];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d/%s%d", group_store.port, ns, round);
+  gang_options o = GANG_OPTIONS_INIT;
+  o.timeout_ms = timeout_ms;
+  o.check = check;
+  gang_t *g = NULL;
+  RCHECK_OK(gang_create_with_store(&o, addr, rank, size, &g));
+  return g;
 }
 
 typedef struct {

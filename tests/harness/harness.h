@@ -56,6 +56,19 @@ typedef struct gt_store_proc {
 gt_store_proc gt_store_proc_start(const char *secret);
 void gt_store_proc_stop(gt_store_proc *sp);
 
+/* One store server process for a whole cmocka group (pass these as the
+ * group's setup and teardown); gt_store_port() is its port. */
+int gt_store_group_setup(void **state);
+int gt_store_group_teardown(void **state);
+int gt_store_port(void);
+
+/* In a rank: joins the gang of `size` ranks that rendezvous under
+ * "<ns><round>" in the group's store, with the given timeout and signature
+ * check (1 on, 0 default). Exits the rank (RCHECK) on failure. */
+struct gang;
+struct gang *gt_join(const char *ns, int round, int rank, int size,
+                     int64_t timeout_ms, int check);
+
 int gt_count_fds(void);
 int gt_count_threads(void);
 /* Child processes of this process, running or unreaped. */
