@@ -442,6 +442,16 @@ static gang_status tcp_append(gang_store *st, const char *key,
   return tcp_set_like(st, GANG_STORE_OP_APPEND, key, value, len);
 }
 
+/* The status of a reply to a waiting request (get, wait, multi_get). */
+static gang_status waited_status(tcp_client *c, const gang__store_req *req,
+                                 const gang__store_rep *rep) {
+  if (rep->rc == GANG_STORE_RC_TIMEOUT)
+    return timeout_error(req, rep, req->timeout_ms);
+  if (rep->rc != GANG_STORE_RC_OK)
+    return rep_error(c, rep);
+  return GANG_OK;
+}
+
 static gang_status tcp_get(gang_store *st, const char *key, int64_t deadline,
                            void **value, size_t *len) {
   tcp_client *c = impl_of(st);
@@ -450,15 +460,11 @@ static gang_status tcp_get(gang_store *st, const char *key, int64_t deadline,
   GANG_CHECK(key_bytes(c, "get", key, &r.keys[0]));
   gang__store_rep rep;
   GANG_CHECK(call(st, &r, deadline, &rep));
-  gang_status s = GANG_OK;
-  if (rep.rc == GANG_STORE_RC_TIMEOUT)
-    s = timeout_error(&r, &rep, r.timeout_ms);
-  else if (rep.rc != GANG_STORE_RC_OK)
-    s = rep_error(c, &rep);
-  else if ((*value = copy_out(&rep.vals[0])) == NULL)
+  gang_status s = waited_status(c, &r, &rep);
+  if (s == GANG_OK && (*value = copy_out(&rep.vals[0])) == NULL)
     s = gang__error(GANG_NO_MEMORY, "store get '%s': %u bytes", key,
                     rep.vals[0].len);
-  else
+  else if (s == GANG_OK)
     *len = rep.vals[0].len;
   gang__store_rep_fini(&rep);
   return s;
@@ -521,10 +527,7 @@ static gang_status tcp_wait(gang_store *st, const char *const *keys, size_t n,
   gang__store_rep rep;
   gang_status s = call(st, &r, deadline, &rep);
   if (s == GANG_OK) {
-    if (rep.rc == GANG_STORE_RC_TIMEOUT)
-      s = timeout_error(&r, &rep, r.timeout_ms);
-    else if (rep.rc != GANG_STORE_RC_OK)
-      s = rep_error(c, &rep);
+    s = waited_status(c, &r, &rep);
     gang__store_rep_fini(&rep);
   }
   multi_free(&r);
@@ -541,10 +544,7 @@ static gang_status tcp_multi_get(gang_store *st, const char *const *keys,
   gang__store_rep rep;
   gang_status s = call(st, &r, deadline, &rep);
   if (s == GANG_OK) {
-    if (rep.rc == GANG_STORE_RC_TIMEOUT)
-      s = timeout_error(&r, &rep, r.timeout_ms);
-    else if (rep.rc != GANG_STORE_RC_OK)
-      s = rep_error(c, &rep);
+    s = waited_status(c, &r, &rep);
     for (uint32_t i = 0; s == GANG_OK && i < rep.nvals; i++) {
       values[i] = copy_out(&rep.vals[i]);
       if (values[i] == NULL) {
