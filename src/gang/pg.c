@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "algo/algo.h"
+#include "algo/shm_algo.h"
 #include "core/clock.h"
 #include "core/config.h"
 #include "core/error.h"
@@ -35,6 +36,7 @@
 #include "gang/env.h"
 #include "gang_impl.h"
 #include "transport/fabric.h"
+#include "transport/shm.h"
 
 #define P2P_CTX_BIT (1ull << 63)
 /* Up to this many bytes all_reduce uses recursive doubling. */
@@ -49,6 +51,7 @@ typedef struct world {
   gang_store *store;
   gang_store_server *server; /* when rank 0 hosts the store itself */
   gang__fabric *fabric;
+  gang__shm *shm;    /* this host's arena; NULL: no local peer or shm off */
   ar_algo allreduce; /* from GANG_ALGO */
 } world;
 
@@ -67,6 +70,7 @@ typedef struct pg {
   pthread_t thread;
   void *scratch[2];
   size_t scratch_cap[2];
+  gang__shm_chan *chan; /* every member on this host: collectives over shm */
 } pg;
 
 static void world_release(world *w) {
@@ -77,6 +81,7 @@ static void world_release(world *w) {
   pthread_mutex_unlock(&w->mu);
   if (left > 0)
     return;
+  gang__shm_destroy(w->shm);
   gang__fabric_destroy(w->fabric);
   gang_store_close(w->store);
   gang_store_server_stop(w->server);
@@ -87,8 +92,76 @@ static void world_release(world *w) {
 /* ---- Executing one collective ----------------------------------------------
  */
 
+/* Runs w's collective over the gang's shared-memory channel. False when
+ * this collective takes the TCP path instead (every member decides alike:
+ * the choice depends only on the call and on what the arena agreed). */
+static bool execute_shm(gang_t *g, gang_work *w, gang_status *st) {
+  pg *p = g->impl;
+  gang__shm_chan *ch = p->chan;
+  const gang__coll *c = &w->coll;
+  size_t es = gang_dtype_size(c->dtype);
+  size_t bytes = c->count * es;
+  ch->op = gang__coll_name(c->kind);
+  ch->opseq = w->seq;
+  bool varying = c->kind == GANG_COLL_ALL_TO_ALL_V;
+  ch->sig = gang__shm_sig(
+      (int)c->kind, (int)c->dtype,
+      c->kind == GANG_COLL_ALL_REDUCE || c->kind == GANG_COLL_REDUCE_SCATTER
+          ? (int)c->op
+          : 0,
+      c->kind == GANG_COLL_BROADCAST ? c->root : 0, varying ? 0 : bytes);
+  ch->deadline = gang__deadline_in_ms(g->timeout_ms);
+  switch (c->kind) {
+  case GANG_COLL_BARRIER:
+    *st = shm_barrier(ch);
+    return true;
+  case GANG_COLL_ALL_REDUCE:
+    *st = shm_allreduce(ch, c->out, c->count, c->dtype, c->op);
+    if (*st == GANG_OK && c->op == GANG_MEAN)
+      gang__reduce_mean_finish(c->out, c->count, c->dtype, g->size);
+    return true;
+  case GANG_COLL_BROADCAST:
+    *st = shm_bcast(ch, c->out, bytes, c->root);
+    return true;
+  case GANG_COLL_ALL_GATHER:
+    *st = shm_allgather(ch, c->out, c->in, bytes);
+    return true;
+  case GANG_COLL_ALL_GATHER_LIST: {
+    void *stage;
+    size_t total = bytes * (size_t)g->size;
+    *st = gang__shm_scratch(ch, total + 1, &stage);
+    if (*st == GANG_OK)
+      *st = shm_allgather(ch, stage, c->in, bytes);
+    for (int i = 0; *st == GANG_OK && i < g->size && bytes; i++)
+      memcpy(c->outs[i], (char *)stage + (size_t)i * bytes, bytes);
+    return true;
+  }
+  case GANG_COLL_REDUCE_SCATTER:
+    *st = shm_reduce_scatter(ch, c->out, c->in, c->count, c->dtype, c->op);
+    if (*st == GANG_OK && c->op == GANG_MEAN)
+      gang__reduce_mean_finish(c->out, c->count, c->dtype, g->size);
+    return true;
+  case GANG_COLL_ALL_TO_ALL:
+    *st = shm_alltoall(ch, c->out, c->in, bytes);
+    return true;
+  case GANG_COLL_ALL_TO_ALL_V:
+    if (!ch->cma)
+      return false;
+    *st = shm_alltoallv(ch, c->out, c->out_counts, c->in, c->in_counts, es);
+    return true;
+  case GANG_COLL_SEND:
+  case GANG_COLL_RECV:
+  case GANG_COLL_KIND_COUNT:
+    break;
+  }
+  return false;
+}
+
 static gang_status execute(gang_t *g, gang_work *w) {
   pg *p = g->impl;
+  gang_status shm_st;
+  if (p->chan != NULL && execute_shm(g, w, &shm_st))
+    return shm_st;
   const gang__coll *c = &w->coll;
   char what[64];
   snprintf(what, sizeof what, "%s #%" PRIu64 " (gang rank %d/%d)",
@@ -415,6 +488,10 @@ static void pg_abort(gang_t *g) {
 
 static const gang__ops pg_ops;
 
+static const char *kind_name(int kind) {
+  return gang__coll_name((gang__coll_kind)kind);
+}
+
 static gang_status pg_new(world *w, const int *map, int size, int rank,
                           uint64_t ctx, gang_device device, int64_t timeout_ms,
                           gang_t **out) {
@@ -426,6 +503,19 @@ static gang_status pg_new(world *w, const int *map, int size, int rank,
     return gang__error(GANG_NO_MEMORY, "gang: out of memory");
   }
   memcpy(m, map, sizeof *m * (size_t)size);
+  bool local = w->shm != NULL && size > 1;
+  for (int i = 0; local && i < size; i++)
+    local = gang__shm_local_index(w->shm, map[i]) >= 0;
+  if (local) {
+    gang_status st =
+        gang__shm_chan_attach(w->shm, ctx, map, size, rank, &p->chan);
+    if (st != GANG_OK) {
+      free(p);
+      free(m);
+      return st;
+    }
+    p->chan->kind_name = kind_name;
+  }
   p->w = w;
   p->map = m;
   p->ctx = ctx;
@@ -437,6 +527,7 @@ static gang_status pg_new(world *w, const int *map, int size, int rank,
   pthread_condattr_destroy(&ca);
   gang_status st = gang__new(&pg_ops, p, rank, size, device, timeout_ms, out);
   if (st != GANG_OK) {
+    gang__shm_chan_detach(p->chan);
     pthread_cond_destroy(&p->cv);
     pthread_mutex_destroy(&p->mu);
     free(m);
@@ -509,6 +600,7 @@ static void pg_destroy(gang_t *g) {
     gang__fabric_cancel(p->w->fabric, &s->x, 1, gang_last_error());
     gang__work_complete(w, GANG_ABORTED);
   }
+  gang__shm_chan_detach(p->chan);
   world_release(p->w);
   free(p->scratch[0]);
   free(p->scratch[1]);
@@ -660,6 +752,18 @@ static gang_status create(const gang_options *opts, const char *store_addr,
   gang__fabric_config cfg = {rank, size, w->store, host,
                              gang__deadline_in_ms(timeout_ms)};
   GANG_CHECK_GOTO(gang__fabric_create(&cfg, &w->fabric), st, fail);
+  if (size > 1) {
+    int *hosts = malloc(sizeof *hosts * (size_t)size);
+    if (hosts == NULL) {
+      st = gang__error(GANG_NO_MEMORY, "gang: out of memory");
+      goto fail;
+    }
+    st = gang__shm_create(w->store, rank, size, w->fabric, cfg.deadline, hosts,
+                          &w->shm);
+    free(hosts);
+    if (st != GANG_OK)
+      goto fail;
+  }
   /* After setup the store only serves timeout diagnoses, which must not
    * wait longer than their own budget (at most 1 s) on a lost store. */
   if (w->store != NULL)

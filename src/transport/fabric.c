@@ -94,6 +94,10 @@ struct gang__fabric {
   gang_status failed;
   char fail_detail[1024];
   int spin_ns;
+  /* Told of the first failure, under mu (the shm arena wakes its
+   * sleepers). */
+  void (*fail_hook)(void *arg, gang_status st, const char *reason);
+  void *fail_arg;
 };
 
 int gang__fabric_rank(const gang__fabric *f) { return f->rank; }
@@ -104,6 +108,8 @@ int gang__fabric_peer_fd(const gang__fabric *f, int peer) {
     return -1;
   return f->conns[peer].fd;
 }
+
+static void progress(gang__fabric *f);
 
 /* ---- Failure ------------------------------------------------------------- */
 
@@ -165,6 +171,35 @@ static void fail_locked(gang__fabric *f, gang_status st, const char *reason) {
   uint64_t one = 1;
   (void)!write(f->wakefd, &one, sizeof one);
   pthread_cond_broadcast(&f->cv);
+  if (f->fail_hook != NULL)
+    f->fail_hook(f->fail_arg, st, text);
+}
+
+void gang__fabric_set_fail_hook(gang__fabric *f,
+                                void (*hook)(void *arg, gang_status st,
+                                             const char *reason),
+                                void *arg) {
+  pthread_mutex_lock(&f->mu);
+  f->fail_hook = hook;
+  f->fail_arg = arg;
+  gang_status st = f->failed;
+  pthread_mutex_unlock(&f->mu);
+  /* Failed before the hook was set: tell it now. */
+  if (hook != NULL && st != GANG_OK)
+    hook(arg, st, f->fail_detail);
+}
+
+gang_status gang__fabric_poke(gang__fabric *f) {
+  pthread_mutex_lock(&f->mu);
+  if (f->failed == GANG_OK && !f->driving) {
+    f->driving = true;
+    progress(f);
+    f->driving = false;
+    pthread_cond_broadcast(&f->cv);
+  }
+  gang_status st = f->failed;
+  pthread_mutex_unlock(&f->mu);
+  return st;
 }
 
 void gang__fabric_fail(gang__fabric *f, gang_status st, const char *reason) {

@@ -99,6 +99,19 @@ gang_status gang__fabric_run(gang__fabric *f, gang__xfer *x, int n,
  * peers are told). Any thread; idempotent (the first reason wins). */
 void gang__fabric_fail(gang__fabric *f, gang_status st, const char *reason);
 
+/* Calls hook(arg, status, reason) on the fabric's first failure (at once if
+ * it has failed already), under the fabric's lock: the hook must not call
+ * back into the fabric. NULL removes it. */
+void gang__fabric_set_fail_hook(gang__fabric *f,
+                                void (*hook)(void *arg, gang_status st,
+                                             const char *reason),
+                                void *arg);
+
+/* Non-blocking: moves what bytes it can (unless another thread is driving)
+ * so that a lost peer is noticed; returns the fabric's status. Used by
+ * waits that do not go through the fabric (shared memory). */
+gang_status gang__fabric_poke(gang__fabric *f);
+
 /* The fabric's failure (GANG_OK while healthy) and its detail. */
 gang_status gang__fabric_status(gang__fabric *f, char *detail, size_t cap);
 

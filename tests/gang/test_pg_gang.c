@@ -1,9 +1,18 @@
-/* The process-group gang over TCP with real processes: every collective
+/* The process-group gang with real processes: every collective
  * against a sequential reference computed in the test, for world sizes
  * {1,2,3,4,5,8}, counts {0,1,7,1000} (and large counts for the bandwidth
  * paths), every dtype and reduce op, on the world gang and on sub-gangs,
  * blocking and _post forms. Integer results are exact; float data are
- * small integers, so every reduction order gives the exact result too. */
+ * small integers, so every reduction order gives the exact result too.
+ *
+ * The transport is the test's argument (one ctest each):
+ *   shm    ranks share this host: shared memory, single copy allowed;
+ *   nocma  shared memory staged only, with 4 KiB staging buffers, so
+ *          every size runs many double-buffered steps;
+ *   tcp    GANG_SHM_DISABLE=1: every byte over TCP (and each forced
+ *          all_reduce algorithm);
+ *   mixed  GANG_HOST_ID makes even and odd ranks two hosts: the world and
+ *          the reversed gang go over TCP, the odd/even halves over shm. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -16,6 +25,7 @@
 
 static int g_port;
 static int g_round; /* a fresh store namespace per run */
+static const char *g_mode = "shm";
 
 /* Value of element i on rank r for op, as a double (always a small
  * integer, exact in every dtype including float16/bfloat16 and int8). */
@@ -372,6 +382,8 @@ static void check_p2p_and_bytes(gang_t *g) {
 
 static int rank_main(int rank, int size, void *arg) {
   (void)arg;
+  if (strcmp(g_mode, "mixed") == 0)
+    setenv("GANG_HOST_ID", rank % 2 ? "odd" : "even", 1);
   char addr[64];
   snprintf(addr, sizeof addr, "127.0.0.1:%d/world%d-%d", g_port, size, g_round);
   gang_options o = GANG_OPTIONS_INIT;
@@ -379,8 +391,10 @@ static int rank_main(int rank, int size, void *arg) {
   gang_t *g = NULL;
   RCHECK_OK(gang_create_with_store(&o, addr, rank, size, &g));
   RCHECK(gang_rank(g) == rank && gang_size(g) == size);
-  size_t counts[] = {0, 1, 7, 1000};
-  for (size_t c = 0; c < 4; c++) {
+  /* 50000 elements take the large-message paths of shared memory (single
+   * copy, or many staged chunks). */
+  size_t counts[] = {0, 1, 7, 1000, 50000};
+  for (size_t c = 0; c < 5; c++) {
     check_all_reduce(g, counts[c], c == 2);
     check_others(g, counts[c], c % 2);
   }
@@ -431,9 +445,9 @@ static void test_matrix(void **state) {
     g_round++;
     assert_int_equal(gt_run_ranks(sizes[i], rank_main, NULL, 240000), 0);
   }
-  /* Each all_reduce algorithm forced over every size and count. */
+  /* Each TCP all_reduce algorithm forced over every size and count. */
   const char *algos[] = {"all_reduce=ring", "all_reduce=recursive_doubling"};
-  for (size_t a = 0; a < 2; a++) {
+  for (size_t a = 0; strcmp(g_mode, "tcp") == 0 && a < 2; a++) {
     setenv("GANG_ALGO", algos[a], 1);
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
       fprintf(stderr, "%s, world size %d\n", algos[a], sizes[i]);
@@ -445,7 +459,18 @@ static void test_matrix(void **state) {
   gt_store_proc_stop(&srv);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  if (argc > 1)
+    g_mode = argv[1];
+  if (strcmp(g_mode, "tcp") == 0)
+    setenv("GANG_SHM_DISABLE", "1", 1);
+  else if (strcmp(g_mode, "nocma") == 0) {
+    setenv("GANG_SHM_CMA", "0", 1);
+    setenv("GANG_SHM_CHUNK", "4k", 1);
+  } else if (strcmp(g_mode, "shm") != 0 && strcmp(g_mode, "mixed") != 0) {
+    fprintf(stderr, "test_pg_gang: unknown transport '%s'\n", g_mode);
+    return 2;
+  }
   const struct CMUnitTest tests[] = {GT_TEST(test_matrix)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,55 @@
+/* Collectives over a shared-memory channel (transport/shm.h), one file
+ * each. Every algorithm is a sequence of steps that keeps the channel's
+ * two rules (write a buffer of parity t&1 only after everyone published
+ * t-1; finish reading step t before publishing t+1), and every member
+ * publishes the same number of steps for the same call, whatever its rank.
+ *
+ * Two ways to move bytes:
+ *   - staged: the writer copies into its staging buffer of the step's
+ *     parity, readers copy (or reduce) out of it; chunks of the channel's
+ *     staging size, so the working set stays in cache and a writer is at
+ *     most one step ahead of its slowest reader;
+ *   - single copy: a member publishes its buffer's address and readers
+ *     pull from it with process_vm_readv (when the arena's probe allowed
+ *     it), then everyone waits until all reads are done before returning.
+ * Costs are in docs/algorithms.md. */
+#ifndef GANG_ALGO_SHM_ALGO_H
+#define GANG_ALGO_SHM_ALGO_H
+
+#include <stddef.h>
+
+#include "core/error.h"
+#include "gang/types.h"
+#include "transport/shm.h"
+
+/* In place; MEAN is left as a SUM (the caller finishes it). */
+gang_status shm_allreduce(gang__shm_chan *c, void *buf, size_t count,
+                          gang_dtype dt, gang_reduce_op op);
+gang_status shm_bcast(gang__shm_chan *c, void *buf, size_t bytes, int root);
+/* `in` (bytes) from every member into out in rank order; in may alias the
+ * caller's own slot of out. */
+gang_status shm_allgather(gang__shm_chan *c, void *out, const void *in,
+                          size_t bytes);
+/* in holds size blocks of count elements; out receives this member's
+ * block reduced over all members (MEAN left as SUM). */
+gang_status shm_reduce_scatter(gang__shm_chan *c, void *out, const void *in,
+                               size_t count, gang_dtype dt, gang_reduce_op op);
+/* Blocks of `bytes`: block q of in goes to member q, block q of out comes
+ * from member q. */
+gang_status shm_alltoall(gang__shm_chan *c, void *out, const void *in,
+                         size_t bytes);
+/* Variable blocks (es bytes per element); needs single copy (c->cma). */
+gang_status shm_alltoallv(gang__shm_chan *c, void *out,
+                          const size_t *out_counts, const void *in,
+                          const size_t *in_counts, size_t es);
+gang_status shm_barrier(gang__shm_chan *c);
+
+/* Staged steps carry at most this many bytes for one destination when a
+ * step serves every member (all_to_all, reduce_scatter): the staging
+ * buffer split in size parts, whole elements. */
+static inline size_t shm_part(const gang__shm_chan *c, size_t es) {
+  size_t p = c->chunk / (size_t)c->size / es * es;
+  return p ? p : es;
+}
+
+#endif

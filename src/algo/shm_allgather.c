@@ -1,0 +1,64 @@
+/* all_gather over shared memory.
+ *
+ *   staged: per chunk of the member's block, each member stages its chunk
+ *     (inline in the flag line up to 24 bytes), publishes, waits for all,
+ *     and copies every other member's chunk to its place in out. One step
+ *     per chunk; each member reads (p-1) chunks.
+ *   single copy (from SHM_AG_CMA_MIN per block, when allowed): each member
+ *     publishes its input's address; everyone pulls every other block
+ *     straight into out, then waits until all pulls are done. */
+#include <string.h>
+
+#include "shm_algo.h"
+
+#define SHM_AG_CMA_MIN (32 * 1024)
+
+gang_status shm_allgather(gang__shm_chan *c, void *out, const void *in,
+                          size_t bytes) {
+  int p = c->size, me = c->rank;
+  unsigned char *o = out;
+  const unsigned char *src = in;
+  if (bytes == 0)
+    return GANG_OK;
+  if (o + (size_t)me * bytes != src)
+    memmove(o + (size_t)me * bytes, src, bytes);
+  if (p == 1)
+    return GANG_OK;
+  /* From here on read my own block from out: in may alias it. */
+  src = o + (size_t)me * bytes;
+  if (c->cma && bytes >= SHM_AG_CMA_MIN) {
+    uint64_t t = ++c->step;
+    GANG_CHECK(gang__shm_begin(c, t));
+    c->ctl[me]->pub.in = (uint64_t)(uintptr_t)src;
+    gang__shm_publish(c, t);
+    GANG_CHECK(gang__shm_wait_all(c, t));
+    for (int k = 1; k < p; k++) {
+      int j = (me + k) % p; /* spread the readers over the sources */
+      GANG_CHECK(gang__shm_read_remote(c, j, o + (size_t)j * bytes,
+                                       c->ctl[j]->pub.in, bytes));
+    }
+    uint64_t t2 = ++c->step;
+    gang__shm_publish(c, t2);
+    return gang__shm_wait_all(c, t2);
+  }
+  size_t chunk = bytes <= GANG_SHM_INLINE ? GANG_SHM_INLINE : c->chunk;
+  for (size_t done = 0; done < bytes; done += chunk) {
+    size_t n = bytes - done < chunk ? bytes - done : chunk;
+    uint64_t t = ++c->step;
+    GANG_CHECK(gang__shm_begin(c, t));
+    unsigned char *mine = bytes <= GANG_SHM_INLINE
+                              ? c->ctl[me]->flag.data[t & 1]
+                              : gang__shm_buf(c, me, t);
+    memcpy(mine, src + done, n);
+    gang__shm_publish(c, t);
+    GANG_CHECK(gang__shm_wait_all(c, t));
+    for (int k = 1; k < p; k++) {
+      int j = (me + k) % p;
+      const unsigned char *theirs = bytes <= GANG_SHM_INLINE
+                                        ? c->ctl[j]->flag.data[t & 1]
+                                        : gang__shm_buf(c, j, t);
+      memcpy(o + (size_t)j * bytes + done, theirs, n);
+    }
+  }
+  return GANG_OK;
+}

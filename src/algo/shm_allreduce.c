@@ -1,0 +1,191 @@
+/* all_reduce over shared memory, three ways by size:
+ *
+ *   inline (≤ 24 bytes): the data rides in the member's flag line, so one
+ *     step moves one cache line each way; every member reduces all lines.
+ *   all-read (two members, or up to SHM_ALLREAD_MAX): per chunk, each
+ *     member stages its chunk, then reduces every member's staged chunk
+ *     into its buffer. One step per chunk; each member reads (p-1) chunks
+ *     from the others' caches.
+ *   reduce-scatter + all-gather (larger, three or more members): per
+ *     chunk, each member reduces its 1/p block of every staged chunk and
+ *     stages the result; the others copy it. Two steps per chunk; each
+ *     member reads 2(p-1)/p of the chunk from the others.
+ *   single copy (large, when process_vm_readv is allowed): each member
+ *     pulls its block straight from the others' buffers, reduces, then
+ *     pulls the others' reduced blocks. Three steps in all, no staging.
+ *
+ * Results are bit-identical on every member: every element is reduced in
+ * rank order (m0 op m1 op m2 ...) by one member, or by all in the same
+ * order. */
+#include <string.h>
+
+#include "core/reduce.h"
+#include "shm_algo.h"
+
+/* Up to this size (per call) all-read beats reduce-scatter + all-gather
+ * for three or more members: it saves a step per chunk. */
+#define SHM_ALLREAD_MAX (16 * 1024)
+/* From this size (per call) single copy is used when allowed. */
+#define SHM_CMA_MIN (1024 * 1024)
+/* Bytes per member pulled at once by single copy (cache-sized). */
+#define SHM_CMA_PIECE (64 * 1024)
+
+/* dst = s[0] op s[1] op ... op s[n-1], in that order. */
+static void reduce_all(void *dst, unsigned char *const *s, size_t off, int n,
+                       size_t count, gang_dtype dt, gang_reduce_op op) {
+  if (n == 1) {
+    if (dst != s[0] + off)
+      memcpy(dst, s[0] + off, count * gang_dtype_size(dt));
+    return;
+  }
+  gang__reduce3(dst, s[0] + off, s[1] + off, count, dt, op);
+  for (int j = 2; j < n; j++)
+    gang__reduce(dst, s[j] + off, count, dt, op);
+}
+
+static gang_status inline_allreduce(gang__shm_chan *c, void *buf, size_t count,
+                                    gang_dtype dt, gang_reduce_op op) {
+  size_t bytes = count * gang_dtype_size(dt);
+  uint64_t t = ++c->step;
+  GANG_CHECK(gang__shm_begin(c, t));
+  memcpy(c->ctl[c->rank]->flag.data[t & 1], buf, bytes);
+  gang__shm_publish(c, t);
+  GANG_CHECK(gang__shm_wait_all(c, t));
+  unsigned char acc[GANG_SHM_INLINE];
+  memcpy(acc, c->ctl[0]->flag.data[t & 1], bytes);
+  for (int j = 1; j < c->size; j++)
+    gang__reduce(acc, c->ctl[j]->flag.data[t & 1], count, dt, op);
+  memcpy(buf, acc, bytes);
+  return GANG_OK;
+}
+
+static gang_status allread(gang__shm_chan *c, unsigned char *buf, size_t count,
+                           gang_dtype dt, gang_reduce_op op) {
+  size_t es = gang_dtype_size(dt);
+  size_t per = c->chunk / es;
+  unsigned char *src[GANG_SHM_MAX_LOCAL];
+  for (size_t done = 0; done < count; done += per) {
+    size_t n = count - done < per ? count - done : per;
+    uint64_t t = ++c->step;
+    GANG_CHECK(gang__shm_begin(c, t));
+    memcpy(gang__shm_buf(c, c->rank, t), buf + done * es, n * es);
+    gang__shm_publish(c, t);
+    GANG_CHECK(gang__shm_wait_all(c, t));
+    for (int j = 0; j < c->size; j++)
+      src[j] = gang__shm_buf(c, j, t);
+    reduce_all(buf + done * es, src, 0, c->size, n, dt, op);
+  }
+  return GANG_OK;
+}
+
+/* Element range of member j's block of an n-element chunk. */
+static void block(size_t n, int parts, int j, size_t *off, size_t *len) {
+  size_t base = n / (size_t)parts, extra = n % (size_t)parts, uj = (size_t)j;
+  *off = uj * base + (uj < extra ? uj : extra);
+  *len = base + (uj < extra ? 1 : 0);
+}
+
+static gang_status rsag(gang__shm_chan *c, unsigned char *buf, size_t count,
+                        gang_dtype dt, gang_reduce_op op) {
+  size_t es = gang_dtype_size(dt);
+  size_t per = c->chunk / es;
+  int p = c->size, me = c->rank;
+  unsigned char *src[GANG_SHM_MAX_LOCAL];
+  for (size_t done = 0; done < count; done += per) {
+    size_t n = count - done < per ? count - done : per;
+    unsigned char *chunk = buf + done * es;
+    uint64_t t = ++c->step;
+    GANG_CHECK(gang__shm_begin(c, t));
+    memcpy(gang__shm_buf(c, me, t), chunk, n * es);
+    gang__shm_publish(c, t);
+    GANG_CHECK(gang__shm_wait_all(c, t));
+    size_t off, len;
+    block(n, p, me, &off, &len);
+    for (int j = 0; j < p; j++)
+      src[j] = gang__shm_buf(c, j, t);
+    reduce_all(chunk + off * es, src, off * es, p, len, dt, op);
+    /* Step t+1: stage the reduced block (everyone published t, so the
+     * other parity is free). */
+    uint64_t t2 = ++c->step;
+    memcpy(gang__shm_buf(c, me, t2) + off * es, chunk + off * es, len * es);
+    gang__shm_publish(c, t2);
+    GANG_CHECK(gang__shm_wait_all(c, t2));
+    for (int j = 0; j < p; j++) {
+      if (j == me)
+        continue;
+      block(n, p, j, &off, &len);
+      memcpy(chunk + off * es, gang__shm_buf(c, j, t2) + off * es, len * es);
+    }
+  }
+  return GANG_OK;
+}
+
+static gang_status single_copy(gang__shm_chan *c, unsigned char *buf,
+                               size_t count, gang_dtype dt, gang_reduce_op op) {
+  size_t es = gang_dtype_size(dt);
+  int p = c->size, me = c->rank;
+  size_t piece = SHM_CMA_PIECE / es;
+  if (piece == 0)
+    piece = 1;
+  void *scratch;
+  GANG_CHECK(gang__shm_scratch(c, (size_t)p * piece * es, &scratch));
+  unsigned char *src[GANG_SHM_MAX_LOCAL];
+  uint64_t t = ++c->step;
+  GANG_CHECK(gang__shm_begin(c, t));
+  c->ctl[me]->pub.in = (uint64_t)(uintptr_t)buf;
+  gang__shm_publish(c, t);
+  GANG_CHECK(gang__shm_wait_all(c, t));
+  /* Reduce my block, a cache-sized piece at a time. Writing my block of
+   * my own buffer is safe: the others read only their own blocks of it. */
+  size_t off, len;
+  block(count, p, me, &off, &len);
+  for (size_t done = 0; done < len; done += piece) {
+    size_t n = len - done < piece ? len - done : piece;
+    size_t at = (off + done) * es;
+    for (int j = 0; j < p; j++) {
+      if (j == me && me < 2) {
+        src[j] = buf + at; /* read by the first reduce, before it writes */
+        continue;
+      }
+      src[j] = (unsigned char *)scratch + (size_t)j * piece * es;
+      if (j == me) {
+        memcpy(src[j], buf + at, n * es);
+        continue;
+      }
+      GANG_CHECK(
+          gang__shm_read_remote(c, j, src[j], c->ctl[j]->pub.in + at, n * es));
+    }
+    reduce_all(buf + at, src, 0, p, n, dt, op);
+  }
+  /* Everyone's block is reduced: pull theirs. */
+  uint64_t t2 = ++c->step;
+  gang__shm_publish(c, t2);
+  GANG_CHECK(gang__shm_wait_all(c, t2));
+  for (int j = 0; j < p; j++) {
+    if (j == me)
+      continue;
+    block(count, p, j, &off, &len);
+    if (len)
+      GANG_CHECK(gang__shm_read_remote(c, j, buf + off * es,
+                                       c->ctl[j]->pub.in + off * es, len * es));
+  }
+  /* Nobody returns (and lets its caller touch the buffer) while a peer
+   * may still be reading it. */
+  uint64_t t3 = ++c->step;
+  gang__shm_publish(c, t3);
+  return gang__shm_wait_all(c, t3);
+}
+
+gang_status shm_allreduce(gang__shm_chan *c, void *buf, size_t count,
+                          gang_dtype dt, gang_reduce_op op) {
+  size_t bytes = count * gang_dtype_size(dt);
+  if (c->size == 1 || count == 0)
+    return GANG_OK;
+  if (bytes <= GANG_SHM_INLINE)
+    return inline_allreduce(c, buf, count, dt, op);
+  if (c->cma && bytes >= SHM_CMA_MIN && count >= (size_t)c->size)
+    return single_copy(c, buf, count, dt, op);
+  if (c->size == 2 || bytes <= SHM_ALLREAD_MAX)
+    return allread(c, buf, count, dt, op);
+  return rsag(c, buf, count, dt, op);
+}

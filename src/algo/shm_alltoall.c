@@ -1,0 +1,120 @@
+/* all_to_all over shared memory.
+ *
+ *   staged (equal blocks): per step, each member stages a part (shm_part)
+ *     of every block of its input, one per destination; then copies its
+ *     part from every member's staging to out.
+ *   single copy (from SHM_A2A_CMA_MIN per block, when allowed, and always
+ *     for variable blocks): each member publishes its input's address (and
+ *     for all_to_all_v the offset of each destination's block); everyone
+ *     pulls its blocks straight into out, then waits for all pulls. */
+#include <string.h>
+
+#include "shm_algo.h"
+
+#define SHM_A2A_CMA_MIN (16 * 1024)
+
+/* Pulls block `me` of every member's published input into out; each
+ * member's published offsets must give the length this member expects. */
+static gang_status pull_all(gang__shm_chan *c, unsigned char *out,
+                            const size_t *out_off, const size_t *out_len) {
+  int p = c->size, me = c->rank;
+  for (int k = 1; k < p; k++) {
+    int j = (me + k) % p;
+    const uint64_t *offs = c->ctl[j]->offs;
+    if (offs[me + 1] - offs[me] != out_len[j])
+      return gang__error(GANG_MISMATCH,
+                         "%s #%llu (gang rank %d/%d, shared memory): gang rank "
+                         "%d sends %llu bytes to this rank, which expects %zu",
+                         c->op, (unsigned long long)c->opseq, me, p, j,
+                         (unsigned long long)(offs[me + 1] - offs[me]),
+                         out_len[j]);
+    if (out_len[j] == 0)
+      continue;
+    GANG_CHECK(gang__shm_read_remote(c, j, out + out_off[j],
+                                     c->ctl[j]->pub.in + offs[me], out_len[j]));
+  }
+  uint64_t t2 = ++c->step;
+  gang__shm_publish(c, t2);
+  return gang__shm_wait_all(c, t2);
+}
+
+gang_status shm_alltoallv(gang__shm_chan *c, void *out,
+                          const size_t *out_counts, const void *in,
+                          const size_t *in_counts, size_t es) {
+  int p = c->size, me = c->rank;
+  size_t off_in[GANG_SHM_MAX_LOCAL + 1], off_out[GANG_SHM_MAX_LOCAL],
+      len_out[GANG_SHM_MAX_LOCAL] = {0};
+  size_t a = 0, b = 0;
+  for (int q = 0; q < p; q++) {
+    off_in[q] = a;
+    a += in_counts[q] * es;
+    off_out[q] = b;
+    len_out[q] = out_counts[q] * es;
+    b += len_out[q];
+  }
+  off_in[p] = a;
+  if (in_counts[me] != out_counts[me])
+    return gang__error(GANG_MISMATCH,
+                       "%s #%llu (gang rank %d/%d): this rank sends itself "
+                       "%zu elements but expects %zu from itself",
+                       c->op, (unsigned long long)c->opseq, me, p,
+                       in_counts[me], out_counts[me]);
+  if (len_out[me])
+    memmove((unsigned char *)out + off_out[me],
+            (const unsigned char *)in + off_in[me], len_out[me]);
+  if (p == 1)
+    return GANG_OK;
+  uint64_t t = ++c->step;
+  GANG_CHECK(gang__shm_begin(c, t));
+  c->ctl[me]->pub.in = (uint64_t)(uintptr_t)in;
+  for (int q = 0; q <= p; q++)
+    c->ctl[me]->offs[q] = off_in[q];
+  gang__shm_publish(c, t);
+  GANG_CHECK(gang__shm_wait_all(c, t));
+  return pull_all(c, out, off_out, len_out);
+}
+
+gang_status shm_alltoall(gang__shm_chan *c, void *out, const void *in,
+                         size_t bytes) {
+  int p = c->size, me = c->rank;
+  unsigned char *o = out;
+  const unsigned char *src = in;
+  if (bytes == 0)
+    return GANG_OK;
+  memcpy(o + (size_t)me * bytes, src + (size_t)me * bytes, bytes);
+  if (p == 1)
+    return GANG_OK;
+  if (c->cma && bytes >= SHM_A2A_CMA_MIN) {
+    size_t off[GANG_SHM_MAX_LOCAL], len[GANG_SHM_MAX_LOCAL];
+    uint64_t t = ++c->step;
+    GANG_CHECK(gang__shm_begin(c, t));
+    c->ctl[me]->pub.in = (uint64_t)(uintptr_t)src;
+    for (int q = 0; q < p; q++) {
+      c->ctl[me]->offs[q] = (size_t)q * bytes;
+      off[q] = (size_t)q * bytes;
+      len[q] = bytes;
+    }
+    c->ctl[me]->offs[p] = (size_t)p * bytes;
+    gang__shm_publish(c, t);
+    GANG_CHECK(gang__shm_wait_all(c, t));
+    return pull_all(c, o, off, len);
+  }
+  size_t part = shm_part(c, 1);
+  for (size_t done = 0; done < bytes; done += part) {
+    size_t n = bytes - done < part ? bytes - done : part;
+    uint64_t t = ++c->step;
+    GANG_CHECK(gang__shm_begin(c, t));
+    unsigned char *stage = gang__shm_buf(c, me, t);
+    for (int q = 0; q < p; q++)
+      if (q != me)
+        memcpy(stage + (size_t)q * part, src + (size_t)q * bytes + done, n);
+    gang__shm_publish(c, t);
+    GANG_CHECK(gang__shm_wait_all(c, t));
+    for (int k = 1; k < p; k++) {
+      int j = (me + k) % p;
+      memcpy(o + (size_t)j * bytes + done,
+             gang__shm_buf(c, j, t) + (size_t)me * part, n);
+    }
+  }
+  return GANG_OK;
+}

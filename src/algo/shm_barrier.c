@@ -1,0 +1,9 @@
+/* Barrier over shared memory: one step. Each member publishes it and waits
+ * until all have: on two ranks one cache line crosses each way. */
+#include "shm_algo.h"
+
+gang_status shm_barrier(gang__shm_chan *c) {
+  uint64_t t = ++c->step;
+  gang__shm_publish(c, t);
+  return gang__shm_wait_all(c, t);
+}

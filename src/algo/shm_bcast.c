@@ -1,0 +1,63 @@
+/* Broadcast over shared memory.
+ *
+ *   inline (≤ 24 bytes): the root's flag line carries the data.
+ *   staged: per chunk, the root stages it and publishes; each other member
+ *     copies it out and publishes. The root waits for everyone only before
+ *     reusing a buffer, so it runs at most one chunk ahead of the slowest
+ *     reader and copy-in overlaps copy-out.
+ *   single copy (from SHM_BCAST_CMA_MIN, when allowed): the root publishes
+ *     its buffer's address; the others pull it with process_vm_readv and
+ *     publish; the root returns once all have. One copy per reader. */
+#include <string.h>
+
+#include "shm_algo.h"
+
+#define SHM_BCAST_CMA_MIN (64 * 1024)
+
+gang_status shm_bcast(gang__shm_chan *c, void *buf, size_t bytes, int root) {
+  if (c->size == 1 || bytes == 0)
+    return GANG_OK;
+  bool is_root = c->rank == root;
+  if (bytes <= GANG_SHM_INLINE) {
+    uint64_t t = ++c->step;
+    if (is_root) {
+      GANG_CHECK(gang__shm_begin(c, t));
+      memcpy(c->ctl[root]->flag.data[t & 1], buf, bytes);
+      gang__shm_publish(c, t);
+    } else {
+      GANG_CHECK(gang__shm_wait(c, root, t));
+      memcpy(buf, c->ctl[root]->flag.data[t & 1], bytes);
+      gang__shm_publish(c, t);
+    }
+    return GANG_OK;
+  }
+  if (c->cma && bytes >= SHM_BCAST_CMA_MIN) {
+    uint64_t t = ++c->step;
+    if (is_root) {
+      GANG_CHECK(gang__shm_begin(c, t));
+      c->ctl[root]->pub.in = (uint64_t)(uintptr_t)buf;
+      gang__shm_publish(c, t);
+      return gang__shm_wait_all(c, t);
+    }
+    GANG_CHECK(gang__shm_wait(c, root, t));
+    GANG_CHECK(
+        gang__shm_read_remote(c, root, buf, c->ctl[root]->pub.in, bytes));
+    gang__shm_publish(c, t);
+    return GANG_OK;
+  }
+  unsigned char *b = buf;
+  for (size_t done = 0; done < bytes; done += c->chunk) {
+    size_t n = bytes - done < c->chunk ? bytes - done : c->chunk;
+    uint64_t t = ++c->step;
+    if (is_root) {
+      GANG_CHECK(gang__shm_begin(c, t));
+      memcpy(gang__shm_buf(c, root, t), b + done, n);
+      gang__shm_publish(c, t);
+    } else {
+      GANG_CHECK(gang__shm_wait(c, root, t));
+      memcpy(b + done, gang__shm_buf(c, root, t), n);
+      gang__shm_publish(c, t);
+    }
+  }
+  return GANG_OK;
+}

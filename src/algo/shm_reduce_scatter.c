@@ -1,0 +1,91 @@
+/* reduce_scatter over shared memory. Member q's output is block q of every
+ * member's input, reduced in rank order.
+ *
+ *   staged: per step, each member stages a part (shm_part) of every block
+ *     of its input, one part per destination; each member then reduces its
+ *     own part from every member's staging into out. Each member copies
+ *     its whole input once and reads (p-1)/p of it from the others.
+ *   single copy (from SHM_RS_CMA_MIN per block, when allowed): each member
+ *     pulls its block from the others' inputs a cache-sized piece at a
+ *     time and reduces; nothing is staged. */
+#include <string.h>
+
+#include "core/reduce.h"
+#include "shm_algo.h"
+
+#define SHM_RS_CMA_MIN (256 * 1024)
+#define SHM_RS_PIECE (64 * 1024)
+
+static void reduce_all(void *dst, unsigned char *const *s, int n, size_t count,
+                       gang_dtype dt, gang_reduce_op op) {
+  if (n == 1) {
+    memcpy(dst, s[0], count * gang_dtype_size(dt));
+    return;
+  }
+  gang__reduce3(dst, s[0], s[1], count, dt, op);
+  for (int j = 2; j < n; j++)
+    gang__reduce(dst, s[j], count, dt, op);
+}
+
+gang_status shm_reduce_scatter(gang__shm_chan *c, void *out, const void *in,
+                               size_t count, gang_dtype dt, gang_reduce_op op) {
+  size_t es = gang_dtype_size(dt);
+  int p = c->size, me = c->rank;
+  size_t bytes = count * es;
+  const unsigned char *src = in;
+  unsigned char *dst = out;
+  unsigned char *from[GANG_SHM_MAX_LOCAL];
+  if (bytes == 0)
+    return GANG_OK;
+  if (p == 1) {
+    if (dst != src)
+      memmove(dst, src, bytes);
+    return GANG_OK;
+  }
+  if (c->cma && bytes >= SHM_RS_CMA_MIN) {
+    size_t piece = SHM_RS_PIECE / es ? SHM_RS_PIECE / es : 1;
+    void *scratch;
+    GANG_CHECK(gang__shm_scratch(c, (size_t)p * piece * es, &scratch));
+    uint64_t t = ++c->step;
+    GANG_CHECK(gang__shm_begin(c, t));
+    c->ctl[me]->pub.in = (uint64_t)(uintptr_t)src;
+    gang__shm_publish(c, t);
+    GANG_CHECK(gang__shm_wait_all(c, t));
+    for (size_t done = 0; done < count; done += piece) {
+      size_t n = count - done < piece ? count - done : piece;
+      size_t at = ((size_t)me * count + done) * es;
+      for (int j = 0; j < p; j++) {
+        if (j == me && me < 2) {
+          from[j] = (unsigned char *)src + at;
+          continue;
+        }
+        from[j] = (unsigned char *)scratch + (size_t)j * piece * es;
+        if (j == me) { /* out may alias it: the reduce must not eat it */
+          memcpy(from[j], src + at, n * es);
+          continue;
+        }
+        GANG_CHECK(gang__shm_read_remote(c, j, from[j], c->ctl[j]->pub.in + at,
+                                         n * es));
+      }
+      reduce_all(dst + done * es, from, p, n, dt, op);
+    }
+    uint64_t t2 = ++c->step;
+    gang__shm_publish(c, t2);
+    return gang__shm_wait_all(c, t2);
+  }
+  size_t part = shm_part(c, es);
+  for (size_t done = 0; done < bytes; done += part) {
+    size_t n = bytes - done < part ? bytes - done : part;
+    uint64_t t = ++c->step;
+    GANG_CHECK(gang__shm_begin(c, t));
+    unsigned char *stage = gang__shm_buf(c, me, t);
+    for (int q = 0; q < p; q++)
+      memcpy(stage + (size_t)q * part, src + (size_t)q * bytes + done, n);
+    gang__shm_publish(c, t);
+    GANG_CHECK(gang__shm_wait_all(c, t));
+    for (int j = 0; j < p; j++)
+      from[j] = gang__shm_buf(c, j, t) + (size_t)me * part;
+    reduce_all(dst + done, from, p, n / es, dt, op);
+  }
+  return GANG_OK;
+}

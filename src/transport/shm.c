@@ -1,0 +1,784 @@
+/* The shared-memory arena of a world on one host: setup (host identity,
+ * the memfd, agreement on single copy), channels for gangs, and the waits
+ * and wake-ups the shm algorithms are built from. See shm.h. */
+
+#include "shm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/clock.h"
+#include "core/config.h"
+#include "core/error.h"
+#include "core/log.h"
+
+#define ARENA_MAGIC 0x314d4853474e4147ull /* "GANGSHM1" */
+#define ARENA_VERSION 1u
+#define NCHAN 256
+#define CTL_SIZE 4096
+#define KEY_FREE 0ull
+#define KEY_CLAIMING 1ull
+
+_Static_assert(sizeof(gang__shm_ctl) <= CTL_SIZE, "control page too small");
+
+typedef struct dir_entry {
+  _Alignas(64) _Atomic uint64_t key;
+  _Atomic uint32_t refs;
+  uint32_t members;
+} dir_entry;
+
+/* The arena's first pages. */
+typedef struct arena_hdr {
+  uint64_t magic;
+  uint32_t version;
+  uint32_t n; /* local ranks */
+  uint64_t chunk;
+  uint64_t chan_size;
+  uint64_t chan_off;
+  uint64_t total;
+  int32_t world_rank[GANG_SHM_MAX_LOCAL];
+  int32_t pid[GANG_SHM_MAX_LOCAL];
+  uint64_t probe[GANG_SHM_MAX_LOCAL]; /* address of a word in each process */
+  _Alignas(64) _Atomic int32_t fail_claim;
+  _Atomic int32_t failed;
+  char fail_text[512];
+  dir_entry dir[NCHAN];
+} arena_hdr;
+
+struct gang__shm {
+  arena_hdr *h;
+  size_t map_len;
+  int local; /* this rank's index */
+  int n;     /* local ranks */
+  int world_size;
+  int *local_of; /* [world_size]: world rank -> local index or -1 */
+  bool cma;
+  bool oversubscribed;
+  gang__fabric *fabric;
+  uint64_t probe_word; /* read by peers to test single copy */
+};
+
+/* ---- Futex --------------------------------------------------------------- */
+
+static void futex_wake_all(_Atomic uint32_t *w) {
+  syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+static void futex_wait(_Atomic uint32_t *w, uint32_t v, int64_t ns) {
+  struct timespec ts = {(time_t)(ns / 1000000000), (long)(ns % 1000000000)};
+  syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT, v, &ts, NULL, 0);
+}
+
+void gang__shm_ring(gang__shm_flag *f) {
+  atomic_fetch_add_explicit(&f->bell, 1, memory_order_seq_cst);
+  futex_wake_all(&f->bell);
+}
+
+/* ---- Failure ------------------------------------------------------------- */
+
+gang_status gang__shm_failed(const gang__shm *s) {
+  return (gang_status)atomic_load_explicit(&s->h->failed, memory_order_acquire);
+}
+
+static unsigned char *chan_base(const gang__shm *s, int slot) {
+  return (unsigned char *)s->h + s->h->chan_off +
+         (size_t)slot * s->h->chan_size;
+}
+
+void gang__shm_fail(gang__shm *s, gang_status st, const char *reason) {
+  if (s == NULL || st == GANG_OK)
+    return;
+  int32_t zero = 0;
+  if (atomic_compare_exchange_strong(&s->h->fail_claim, &zero, 1)) {
+    snprintf(s->h->fail_text, sizeof s->h->fail_text, "%s", reason);
+    atomic_store_explicit(&s->h->failed, (int32_t)st, memory_order_seq_cst);
+  }
+  /* Wake everyone asleep in any channel of the arena. */
+  for (int i = 0; i < NCHAN; i++) {
+    if (atomic_load(&s->h->dir[i].key) <= KEY_CLAIMING)
+      continue;
+    unsigned char *b = chan_base(s, i);
+    for (int m = 0; m < s->n; m++) {
+      gang__shm_flag *f = &((gang__shm_ctl *)(b + (size_t)m * CTL_SIZE))->flag;
+      if (atomic_load(&f->sleepers) != 0)
+        gang__shm_ring(f);
+    }
+  }
+}
+
+/* The fabric failed: every local rank must stop waiting. */
+static void on_fabric_fail(void *arg, gang_status st, const char *reason) {
+  gang__shm_fail(arg, st, reason);
+}
+
+/* ---- Waiting ------------------------------------------------------------- */
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+static gang_status wait_error(gang__shm_chan *c, gang_status st, int member,
+                              uint64_t seq, const char *why) {
+  return gang__error(st,
+                     "%s #%" PRIu64 " (gang rank %d/%d, shared memory): %s, "
+                     "still waiting for: gang rank %d (pid %d) to reach step "
+                     "%" PRIu64 " (it is at %" PRIu64 ")",
+                     c->op ? c->op : "collective", c->opseq, c->rank, c->size,
+                     why, member, (int)c->pid[member], seq,
+                     (uint64_t)atomic_load(&c->ctl[member]->flag.seq));
+}
+
+static void describe_sig(const gang__shm_chan *c, uint64_t sig, char *buf,
+                         size_t cap) {
+  int kind = (int)(sig >> 59);
+  snprintf(buf, cap, "%s of %" PRIu64 " bytes (dtype %u, op %u, root %u)",
+           c->kind_name ? c->kind_name(kind) : "collective",
+           (uint64_t)(sig & ((1ull << 40) - 1)), (unsigned)(sig >> 54) & 31,
+           (unsigned)(sig >> 51) & 7, (unsigned)(sig >> 40) & 2047);
+}
+
+gang_status gang__shm_mismatch(gang__shm_chan *c, int member, uint64_t seq) {
+  char mine[128], theirs[128];
+  describe_sig(c, c->sig, mine, sizeof mine);
+  describe_sig(c, c->ctl[member]->flag.sig[seq & 1], theirs, sizeof theirs);
+  return gang__error(GANG_MISMATCH,
+                     "%s #%" PRIu64 " (gang rank %d/%d, shared memory): ranks "
+                     "disagree on the collective: this rank calls %s, gang "
+                     "rank %d calls %s",
+                     c->op ? c->op : "collective", c->opseq, c->rank, c->size,
+                     mine, member, theirs);
+}
+
+/* The arena failed (a local rank's fabric did): fail ours the same way. */
+static gang_status arena_failure(gang__shm_chan *c, int member, uint64_t seq) {
+  gang__shm *s = c->arena;
+  gang_status st = gang__shm_failed(s);
+  char text[600];
+  snprintf(text, sizeof text, "%s", s->h->fail_text);
+  if (gang__fabric_status(c->fabric, NULL, 0) == GANG_OK)
+    gang__fabric_fail(c->fabric, st, text);
+  return wait_error(c, st, member, seq, text);
+}
+
+gang_status gang__shm_wait_slow(gang__shm_chan *c, int member, uint64_t seq) {
+  gang__shm_flag *f = &c->ctl[member]->flag;
+  gang__shm *s = c->arena;
+  /* Spin first: a peer on another core answers within a microsecond or
+   * two. With more ranks than CPUs the peer needs our CPU: spin little. */
+  int spins = c->oversubscribed ? 64 : 20000;
+  for (int i = 0; i < spins; i++) {
+    if (atomic_load_explicit(&f->seq, memory_order_acquire) >= seq)
+      return GANG_OK;
+    cpu_relax();
+    if ((i & 255) == 255 && gang__shm_failed(s) != GANG_OK)
+      return arena_failure(c, member, seq);
+  }
+  int64_t slice = 50000; /* ns; grows to 5 ms */
+  for (;;) {
+    if (atomic_load_explicit(&f->seq, memory_order_acquire) >= seq)
+      return GANG_OK;
+    if (gang__shm_failed(s) != GANG_OK)
+      return arena_failure(c, member, seq);
+    /* A dead peer's connection ends: the fabric notices when poked. */
+    if (gang__fabric_poke(c->fabric) != GANG_OK) {
+      char d[600];
+      gang_status st = gang__fabric_status(c->fabric, d, sizeof d);
+      return wait_error(c, st, member, seq, d);
+    }
+    int64_t now = gang__now_ns();
+    if (c->deadline != GANG_DEADLINE_NONE && now >= c->deadline)
+      return wait_error(c, GANG_TIMEOUT, member, seq, "deadline exceeded");
+    int64_t ns = slice;
+    if (c->deadline != GANG_DEADLINE_NONE && c->deadline - now < ns)
+      ns = c->deadline - now;
+    atomic_fetch_add_explicit(&f->sleepers, 1, memory_order_seq_cst);
+    uint32_t bell = atomic_load_explicit(&f->bell, memory_order_seq_cst);
+    if (atomic_load_explicit(&f->seq, memory_order_seq_cst) < seq &&
+        gang__shm_failed(s) == GANG_OK)
+      futex_wait(&f->bell, bell, ns);
+    atomic_fetch_sub_explicit(&f->sleepers, 1, memory_order_seq_cst);
+    if (slice < 5000000)
+      slice *= 2;
+  }
+}
+
+/* ---- Single copy ----------------------------------------------------------
+ */
+
+gang_status gang__shm_read_remote(gang__shm_chan *c, int member, void *dst,
+                                  uint64_t remote, size_t len) {
+  unsigned char *d = dst;
+  while (len > 0) {
+    struct iovec l = {d, len}, r = {(void *)(uintptr_t)remote, len};
+    ssize_t got = process_vm_readv(c->pid[member], &l, 1, &r, 1, 0);
+    if (got <= 0) {
+      int err = got < 0 ? errno : EIO;
+      if (err == EINTR)
+        continue;
+      /* A peer that failed may have freed its buffer or exited: its
+       * failure, when known, says more than our errno. */
+      if (gang__shm_failed(c->arena) != GANG_OK)
+        return arena_failure(c, member, c->step);
+      if (gang__fabric_poke(c->fabric) != GANG_OK) {
+        char d[600];
+        gang_status st = gang__fabric_status(c->fabric, d, sizeof d);
+        return wait_error(c, st, member, c->step, d);
+      }
+      if (err == ESRCH)
+        return gang__error(GANG_PEER_LOST,
+                           "%s #%" PRIu64 " (gang rank %d/%d, shared memory): "
+                           "gang rank %d (pid %d) is gone",
+                           c->op ? c->op : "collective", c->opseq, c->rank,
+                           c->size, member, (int)c->pid[member]);
+      return gang__error_errno(GANG_SYSTEM, err,
+                               "%s #%" PRIu64 " (gang rank %d/%d): "
+                               "process_vm_readv of %zu bytes from gang rank "
+                               "%d (pid %d)",
+                               c->op ? c->op : "collective", c->opseq, c->rank,
+                               c->size, len, member, (int)c->pid[member]);
+    }
+    d += got;
+    remote += (uint64_t)got;
+    len -= (size_t)got;
+  }
+  return GANG_OK;
+}
+
+/* ---- Setup --------------------------------------------------------------- */
+
+static void read_line(const char *path, char *out, size_t cap) {
+  out[0] = '\0';
+  FILE *fp = fopen(path, "re");
+  if (fp == NULL)
+    return;
+  if (fgets(out, (int)cap, fp) == NULL)
+    out[0] = '\0';
+  fclose(fp);
+  out[strcspn(out, "\n")] = '\0';
+}
+
+static unsigned long long ns_inode(const char *path) {
+  struct stat sb;
+  return stat(path, &sb) == 0 ? (unsigned long long)sb.st_ino : 0ull;
+}
+
+/* What makes two ranks able to share memory: the same kernel boot, host
+ * name, network namespace (where the TCP addresses live) and pid namespace
+ * (process_vm_readv and /proc/<pid> name processes by pid). */
+static void host_identity(char *out, size_t cap) {
+  const char *forced = gang__setting_str(GANG_SETTING_HOST_ID);
+  if (forced[0] != '\0') {
+    snprintf(out, cap, "forced:%s", forced);
+    return;
+  }
+  char boot[64], host[256];
+  read_line("/proc/sys/kernel/random/boot_id", boot, sizeof boot);
+  if (gethostname(host, sizeof host) != 0)
+    host[0] = '\0';
+  host[sizeof host - 1] = '\0';
+  snprintf(out, cap, "%s|%s|net:%llu|pid:%llu", boot, host,
+           ns_inode("/proc/self/ns/net"), ns_inode("/proc/self/ns/pid"));
+}
+
+static int cpus_available(void) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0)
+    return CPU_COUNT(&set);
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (int)n : 1;
+}
+
+static size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+/* Staging bytes per buffer: large enough to amortise a step's
+ * synchronisation, small enough that every member's two buffers stay in
+ * cache. GANG_SHM_CHUNK overrides. */
+static gang_status choose_chunk(int n, size_t *out) {
+  int64_t forced = 0;
+  GANG_CHECK(gang__setting_int(GANG_SETTING_SHM_CHUNK, &forced));
+  size_t c;
+  if (forced > 0)
+    c = (size_t)forced;
+  else
+    c = n <= 2   ? 128 * 1024
+        : n <= 4 ? 64 * 1024
+        : n <= 8 ? 32 * 1024
+                 : 16 * 1024;
+  if (c < 4096)
+    c = 4096;
+  if (c > 64 * 1024 * 1024)
+    c = 64 * 1024 * 1024;
+  *out = round_up(c, 4096);
+  return GANG_OK;
+}
+
+/* Gets the n keys "<prefix>/<world rank>" of the local ranks. values[i] is
+ * freed by the caller with gang_store_free. */
+static gang_status get_local_keys(gang_store *st, const char *prefix,
+                                  const int *ranks, int n, void **values,
+                                  size_t *lens) {
+  char **keys = calloc((size_t)n, sizeof *keys);
+  if (keys == NULL)
+    return gang__error(GANG_NO_MEMORY, "shm: out of memory");
+  gang_status rc = GANG_OK;
+  for (int i = 0; i < n && rc == GANG_OK; i++) {
+    keys[i] = malloc(64);
+    if (keys[i] == NULL)
+      rc = gang__error(GANG_NO_MEMORY, "shm: out of memory");
+    else
+      snprintf(keys[i], 64, "%s/%d", prefix, ranks[i]);
+  }
+  if (rc == GANG_OK)
+    rc = gang_store_multi_get(st, (const char *const *)keys, (size_t)n, values,
+                              lens);
+  for (int i = 0; i < n; i++)
+    free(keys[i]);
+  free(keys);
+  return rc;
+}
+
+static gang_status set_key(gang_store *st, const char *prefix, int rank,
+                           const char *value) {
+  char key[64];
+  snprintf(key, sizeof key, "%s/%d", prefix, rank);
+  return gang_store_set(st, key, value, strlen(value));
+}
+
+/* Every local rank says `mine`; true when all said "1". */
+static gang_status agree(gang_store *st, const char *prefix, int rank,
+                         const int *ranks, int n, bool mine, bool *all) {
+  GANG_CHECK(set_key(st, prefix, rank, mine ? "1" : "0"));
+  void **v = calloc((size_t)n, sizeof *v);
+  size_t *l = calloc((size_t)n, sizeof *l);
+  if (v == NULL || l == NULL) {
+    free(v);
+    free(l);
+    return gang__error(GANG_NO_MEMORY, "shm: out of memory");
+  }
+  gang_status rc = get_local_keys(st, prefix, ranks, n, v, l);
+  if (rc == GANG_OK) {
+    *all = true;
+    for (int i = 0; i < n; i++) {
+      if (l[i] != 1 || ((char *)v[i])[0] != '1')
+        *all = false;
+      gang_store_free(v[i]);
+    }
+  }
+  free(v);
+  free(l);
+  return rc;
+}
+
+/* The leader makes the memfd and lays out the arena. */
+static gang_status arena_make(gang__shm *s, size_t chunk, int *fd_out) {
+  size_t hdr = round_up(sizeof(arena_hdr), 4096);
+  size_t chan = (size_t)s->n * (CTL_SIZE + 2 * chunk);
+  size_t total = hdr + (size_t)NCHAN * chan;
+  int fd = memfd_create("gang-shm", MFD_CLOEXEC);
+  if (fd < 0)
+    return gang__error_errno(GANG_SYSTEM, errno, "shm: memfd_create");
+  if (ftruncate(fd, (off_t)total) != 0) {
+    int e = errno;
+    close(fd);
+    return gang__error_errno(GANG_SYSTEM, e,
+                             "shm: sizing the arena to %zu "
+                             "bytes",
+                             total);
+  }
+  void *p = mmap(NULL, total, PROT_READ | PROT_WRITE,
+                 MAP_SHARED | MAP_NORESERVE, fd, 0);
+  if (p == MAP_FAILED) {
+    int e = errno;
+    close(fd);
+    return gang__error_errno(GANG_SYSTEM, e, "shm: mapping the arena");
+  }
+  s->h = p;
+  s->map_len = total;
+  s->h->version = ARENA_VERSION;
+  s->h->n = (uint32_t)s->n;
+  s->h->chunk = chunk;
+  s->h->chan_size = chan;
+  s->h->chan_off = hdr;
+  s->h->total = total;
+  atomic_store(&s->h->failed, 0);
+  atomic_store(&s->h->fail_claim, 0);
+  atomic_store_explicit((_Atomic uint64_t *)&s->h->magic, ARENA_MAGIC,
+                        memory_order_release);
+  *fd_out = fd;
+  return GANG_OK;
+}
+
+/* A follower opens the leader's memfd through /proc. */
+static gang_status arena_open(gang__shm *s, const char *where) {
+  int pid = 0, fd = -1;
+  if (sscanf(where, "%d %d", &pid, &fd) != 2)
+    return gang__error(GANG_PROTOCOL, "shm: bad arena address '%s'", where);
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/fd/%d", pid, fd);
+  int my = open(path, O_RDWR | O_CLOEXEC);
+  if (my < 0)
+    return gang__error_errno(GANG_SYSTEM, errno, "shm: opening %s", path);
+  struct stat sb;
+  if (fstat(my, &sb) != 0 || sb.st_size < (off_t)sizeof(arena_hdr)) {
+    close(my);
+    return gang__error(GANG_PROTOCOL, "shm: %s is not an arena", path);
+  }
+  void *p = mmap(NULL, (size_t)sb.st_size, PROT_READ | PROT_WRITE,
+                 MAP_SHARED | MAP_NORESERVE, my, 0);
+  close(my);
+  if (p == MAP_FAILED)
+    return gang__error_errno(GANG_SYSTEM, errno, "shm: mapping %s", path);
+  s->h = p;
+  s->map_len = (size_t)sb.st_size;
+  if (atomic_load_explicit((_Atomic uint64_t *)&s->h->magic,
+                           memory_order_acquire) != ARENA_MAGIC ||
+      s->h->version != ARENA_VERSION || s->h->n != (uint32_t)s->n ||
+      s->h->total != s->map_len)
+    return gang__error(GANG_PROTOCOL, "shm: %s has another layout", path);
+  return GANG_OK;
+}
+
+/* Can this process read every other local rank's memory? */
+static bool cma_probe(gang__shm *s) {
+  for (int i = 0; i < s->n; i++) {
+    if (i == s->local)
+      continue;
+    uint64_t v = 0;
+    struct iovec l = {&v, sizeof v},
+                 r = {(void *)(uintptr_t)s->h->probe[i], sizeof v};
+    ssize_t got = process_vm_readv(s->h->pid[i], &l, 1, &r, 1, 0);
+    if (got != (ssize_t)sizeof v || v != ARENA_MAGIC) {
+      GANG_INFO(SHM,
+                "single copy off: process_vm_readv from local rank %d (pid "
+                "%d) %s",
+                i, s->h->pid[i], got < 0 ? strerror(errno) : "read wrong data");
+      return false;
+    }
+  }
+  return true;
+}
+
+gang_status gang__shm_create(gang_store *store, int rank, int size,
+                             gang__fabric *fabric, int64_t deadline, int *hosts,
+                             gang__shm **out) {
+  (void)deadline; /* the store handle's own deadline bounds every wait */
+  *out = NULL;
+  for (int i = 0; i < size; i++)
+    hosts[i] = 0;
+  if (size == 1)
+    return GANG_OK;
+  /* Host identities, and whether each rank may use shared memory at all. */
+  int64_t disable = 0;
+  GANG_CHECK(gang__setting_int(GANG_SETTING_SHM_DISABLE, &disable));
+  char id[512], mine[600];
+  host_identity(id, sizeof id);
+  snprintf(mine, sizeof mine, "%d|%s", disable ? 0 : 1, id);
+  GANG_CHECK(set_key(store, "shm/host", rank, mine));
+  int *all = calloc((size_t)size, sizeof *all);
+  void **v = calloc((size_t)size, sizeof *v);
+  size_t *l = calloc((size_t)size, sizeof *l);
+  gang__shm *s = calloc(1, sizeof *s);
+  int *local_of = malloc(sizeof *local_of * (size_t)size);
+  int fd = -1;
+  gang_status st = GANG_OK;
+  if (all == NULL || v == NULL || l == NULL || s == NULL || local_of == NULL) {
+    st = gang__error(GANG_NO_MEMORY, "shm: out of memory");
+    goto done;
+  }
+  for (int i = 0; i < size; i++)
+    all[i] = i;
+  GANG_CHECK_GOTO(get_local_keys(store, "shm/host", all, size, v, l), st, done);
+  /* Host index: first occurrence order of each identity (minus the flag). */
+  bool enabled = true;
+  int n = 0;
+  for (int i = 0; i < size; i++) {
+    const char *hi = (const char *)v[i] + 2 * (l[i] >= 2);
+    hosts[i] = i;
+    for (int j = 0; j < i; j++)
+      if (strcmp((const char *)v[j] + 2 * (l[j] >= 2), hi) == 0) {
+        hosts[i] = hosts[j];
+        break;
+      }
+  }
+  for (int i = 0; i < size; i++) {
+    local_of[i] = -1;
+    if (hosts[i] != hosts[rank])
+      continue;
+    if (((char *)v[i])[0] != '1')
+      enabled = false;
+    local_of[i] = n;
+    all[n++] = i; /* all[0..n): the local world ranks, ascending */
+  }
+  if (n < 2)
+    goto done;
+  if (!enabled) {
+    GANG_INFO(SHM, "shared memory off: GANG_SHM_DISABLE is set on a rank of "
+                   "this host; same-host ranks use TCP");
+    goto done;
+  }
+  if (n > GANG_SHM_MAX_LOCAL) {
+    GANG_WARN(SHM,
+              "shared memory off: %d ranks on this host, more than the "
+              "%d an arena serves; they use TCP",
+              n, GANG_SHM_MAX_LOCAL);
+    goto done;
+  }
+  s->local = local_of[rank];
+  s->n = n;
+  s->world_size = size;
+  s->fabric = fabric;
+  s->probe_word = ARENA_MAGIC;
+  size_t chunk;
+  GANG_CHECK_GOTO(choose_chunk(n, &chunk), st, done);
+  /* The leader makes the arena; the others open it. Everyone says whether
+   * it worked before anyone relies on it. */
+  bool mapped;
+  char where[64];
+  if (s->local == 0) {
+    gang_status mk = arena_make(s, chunk, &fd);
+    if (mk != GANG_OK)
+      GANG_INFO(SHM, "shared memory off: %s", gang_last_error());
+    snprintf(where, sizeof where, "%d %d", (int)getpid(), fd);
+    if (mk != GANG_OK)
+      snprintf(where, sizeof where, "none");
+    GANG_CHECK_GOTO(set_key(store, "shm/arena", rank, where), st, done);
+    mapped = mk == GANG_OK;
+  } else {
+    void *w = NULL;
+    size_t wl = 0;
+    char key[64];
+    snprintf(key, sizeof key, "shm/arena/%d", all[0]);
+    GANG_CHECK_GOTO(gang_store_get(store, key, &w, &wl), st, done);
+    gang_status op = strcmp(w, "none") == 0
+                         ? gang__error(GANG_SYSTEM, "the leader has no arena")
+                         : arena_open(s, w);
+    gang_store_free(w);
+    if (op != GANG_OK)
+      GANG_INFO(SHM, "shared memory off: %s", gang_last_error());
+    mapped = op == GANG_OK;
+  }
+  if (mapped) {
+    s->h->world_rank[s->local] = rank;
+    s->h->pid[s->local] = (int32_t)getpid();
+    s->h->probe[s->local] = (uint64_t)(uintptr_t)&s->probe_word;
+  }
+  bool ok = false;
+  GANG_CHECK_GOTO(agree(store, "shm/mapped", rank, all, n, mapped, &ok), st,
+                  done);
+  if (fd >= 0) {
+    close(fd); /* everyone has it mapped (or gave up) */
+    fd = -1;
+  }
+  if (!ok) {
+    GANG_INFO(SHM, "shared memory off on this host: a local rank could not "
+                   "map the arena; same-host ranks use TCP");
+    goto done;
+  }
+  /* Single copy needs every pair to be able to read the other. */
+  int64_t want_cma = 1;
+  GANG_CHECK_GOTO(gang__setting_int(GANG_SETTING_SHM_CMA, &want_cma), st, done);
+  bool cma = want_cma != 0 && cma_probe(s);
+  GANG_CHECK_GOTO(agree(store, "shm/cma", rank, all, n, cma, &s->cma), st,
+                  done);
+  s->oversubscribed = n > cpus_available();
+  s->local_of = local_of;
+  local_of = NULL;
+  gang__fabric_set_fail_hook(fabric, on_fabric_fail, s);
+  GANG_INFO(SHM,
+            "arena of %d local ranks mapped (%zu MiB virtual, %zu KiB "
+            "staging per member; single copy %s%s)",
+            n, s->map_len >> 20, (size_t)(chunk >> 10), s->cma ? "on" : "off",
+            s->oversubscribed ? "; oversubscribed: short spins" : "");
+  *out = s;
+  s = NULL;
+done:
+  if (fd >= 0)
+    close(fd);
+  if (s != NULL) {
+    if (s->h != NULL)
+      munmap(s->h, s->map_len);
+    free(s->local_of);
+    free(s);
+  }
+  for (int i = 0; v != NULL && i < size; i++)
+    gang_store_free(v[i]);
+  free(v);
+  free(l);
+  free(all);
+  free(local_of);
+  return st;
+}
+
+void gang__shm_destroy(gang__shm *s) {
+  if (s == NULL)
+    return;
+  gang__fabric_set_fail_hook(s->fabric, NULL, NULL);
+  munmap(s->h, s->map_len);
+  free(s->local_of);
+  free(s);
+}
+
+int gang__shm_local_index(const gang__shm *s, int world_rank) {
+  if (s == NULL || world_rank < 0 || world_rank >= s->world_size)
+    return -1;
+  return s->local_of[world_rank];
+}
+
+/* ---- Channels ------------------------------------------------------------ */
+
+static uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+/* Finds the entry keyed `key` or claims a free one (zeroing its control
+ * pages). Sibling gangs of a split share a context id, so the key also
+ * names the gang's first world rank. */
+static gang_status dir_attach(gang__shm *s, uint64_t key, int members,
+                              int *slot) {
+  arena_hdr *h = s->h;
+  int64_t give_up = gang__now_ns() + 10000000000ll;
+  for (;;) {
+    int free_slot = -1;
+    for (int k = 0; k < NCHAN; k++) {
+      int i = (int)((key + (uint64_t)k) % NCHAN);
+      dir_entry *e = &h->dir[i];
+      uint64_t cur = atomic_load(&e->key);
+      if (cur == key) {
+        uint32_t r = atomic_load(&e->refs);
+        while (r != 0 && !atomic_compare_exchange_weak(&e->refs, &r, r + 1)) {
+        }
+        if (r != 0) {
+          *slot = i;
+          return GANG_OK;
+        }
+        /* Being freed by its last member: look again shortly. */
+        free_slot = -2;
+        break;
+      }
+      if (cur == KEY_CLAIMING) {
+        free_slot = -2; /* it may become ours: look again */
+        break;
+      }
+      if (cur == KEY_FREE && free_slot == -1)
+        free_slot = i;
+    }
+    if (free_slot >= 0) {
+      dir_entry *e = &h->dir[free_slot];
+      uint64_t expect = KEY_FREE;
+      if (atomic_compare_exchange_strong(&e->key, &expect, KEY_CLAIMING)) {
+        memset(chan_base(s, free_slot), 0, (size_t)s->n * CTL_SIZE);
+        e->members = (uint32_t)members;
+        atomic_store(&e->refs, 1);
+        atomic_store_explicit(&e->key, key, memory_order_release);
+        *slot = free_slot;
+        return GANG_OK;
+      }
+      continue;
+    }
+    if (free_slot == -1)
+      return gang__error(GANG_NO_MEMORY,
+                         "shm: all %d channels of this host's arena are in "
+                         "use (destroy gangs you no longer need)",
+                         NCHAN);
+    if (gang__now_ns() > give_up)
+      return gang__error(GANG_INTERNAL, "shm: channel directory entry stuck");
+    sched_yield();
+  }
+}
+
+gang_status gang__shm_chan_attach(gang__shm *s, uint64_t ctx, const int *world,
+                                  int n, int rank, gang__shm_chan **out) {
+  uint64_t key = mix64(ctx ^ mix64((uint64_t)world[0] + 1));
+  if (key <= KEY_CLAIMING)
+    key += 2;
+  gang__shm_chan *c = calloc(1, sizeof *c);
+  gang__shm_ctl **ctl = calloc((size_t)n, sizeof *ctl);
+  unsigned char **stage = calloc((size_t)n, sizeof *stage);
+  pid_t *pid = calloc((size_t)n, sizeof *pid);
+  if (c == NULL || ctl == NULL || stage == NULL || pid == NULL) {
+    free(c);
+    free(ctl);
+    free(stage);
+    free(pid);
+    return gang__error(GANG_NO_MEMORY, "shm: out of memory");
+  }
+  int slot = -1;
+  gang_status st = dir_attach(s, key, n, &slot);
+  if (st != GANG_OK) {
+    free(c);
+    free(ctl);
+    free(stage);
+    free(pid);
+    return st;
+  }
+  unsigned char *b = chan_base(s, slot);
+  size_t chunk = s->h->chunk;
+  for (int m = 0; m < n; m++) {
+    ctl[m] = (gang__shm_ctl *)(b + (size_t)m * CTL_SIZE);
+    stage[m] = b + (size_t)s->n * CTL_SIZE + (size_t)m * 2 * chunk;
+    pid[m] = s->h->pid[s->local_of[world[m]]];
+  }
+  *c = (gang__shm_chan){.arena = s,
+                        .slot = slot,
+                        .rank = rank,
+                        .size = n,
+                        .chunk = chunk,
+                        .cma = s->cma,
+                        .oversubscribed = s->oversubscribed,
+                        .ctl = ctl,
+                        .stage = stage,
+                        .pid = pid,
+                        .fabric = s->fabric,
+                        .deadline = GANG_DEADLINE_NONE};
+  /* Start from where the channel is: a fresh claim is at 0. */
+  c->step = 0;
+  *out = c;
+  return GANG_OK;
+}
+
+void gang__shm_chan_detach(gang__shm_chan *c) {
+  if (c == NULL)
+    return;
+  dir_entry *e = &c->arena->h->dir[c->slot];
+  if (atomic_fetch_sub(&e->refs, 1) == 1)
+    atomic_store(&e->key, KEY_FREE);
+  free(c->ctl);
+  free(c->stage);
+  free(c->pid);
+  free(c->scratch);
+  free(c);
+}
+
+gang_status gang__shm_scratch(gang__shm_chan *c, size_t bytes, void **out) {
+  if (c->scratch_cap < bytes) {
+    void *p = realloc(c->scratch, bytes);
+    if (p == NULL)
+      return gang__error(GANG_NO_MEMORY,
+                         "%s: cannot allocate %zu bytes of scratch", c->op,
+                         bytes);
+    c->scratch = p;
+    c->scratch_cap = bytes;
+  }
+  *out = c->scratch;
+  return GANG_OK;
+}

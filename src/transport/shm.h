@@ -1,0 +1,224 @@
+/* The shared-memory transport: one arena per world per host, in which each
+ * gang whose ranks all sit on this host gets a channel. A channel is a
+ * control page per member (a flag cache line with a step counter and a few
+ * bytes of inline data, plus published buffer addresses for single-copy)
+ * and a double-buffered staging area per member. Collectives over a
+ * channel (src/algo/shm_*.c) are sequences of steps: a member writes its
+ * staging buffer of the step's parity, publishes the step number, waits
+ * until the members it reads from have published it, then reads.
+ *
+ * Two rules keep the double buffering safe, and every algorithm keeps them:
+ *   1. a member writes its buffer of parity t&1 at step t only once every
+ *      member has published step t-1 (gang__shm_wait_all(t-1));
+ *   2. a member finishes reading step t's data before it publishes t+1.
+ * Every member publishes exactly once per step, so after the same sequence
+ * of collectives all members agree on the step count without talking.
+ *
+ * Waiting spins briefly, then sleeps on a futex in the shared page (so 16
+ * ranks on 2 cores progress); while asleep it wakes every few milliseconds
+ * to look at the fabric (a dead peer's TCP connection ends, which is how a
+ * kill -9 is noticed), the deadline and the arena's failure word, which any
+ * local rank sets (and rings every bell) when its fabric fails.
+ *
+ * The arena is a memfd made by the host's lowest world rank; the others
+ * open it through /proc/<pid>/fd/<n>, so it has no name in any filesystem
+ * and nothing is left behind by a crash. */
+#ifndef GANG_TRANSPORT_SHM_H
+#define GANG_TRANSPORT_SHM_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "gang/status.h"
+#include "gang/store.h"
+#include "transport/fabric.h"
+
+/* Most ranks of one world on one host that share an arena. */
+#define GANG_SHM_MAX_LOCAL 128
+/* Bytes of inline data per parity in a flag line. */
+#define GANG_SHM_INLINE 16
+
+typedef struct gang__shm gang__shm;
+
+/* A member's flag: one cache line. seq is the last step it published;
+ * sleepers counts members asleep waiting for it, bell is their futex; sig
+ * is the signature of the collective each step (by parity) belongs to, so
+ * members that disagree on the call fail instead of reading each other's
+ * bytes wrongly. No member is ever more than one step ahead of another,
+ * so a step's parity slot is stable while anyone waits for it. */
+typedef struct gang__shm_flag {
+  _Alignas(64) _Atomic uint64_t seq;
+  _Atomic uint32_t sleepers;
+  _Atomic uint32_t bell;
+  uint64_t sig[2];
+  unsigned char data[2][GANG_SHM_INLINE];
+} gang__shm_flag;
+
+_Static_assert(sizeof(gang__shm_flag) == 64, "a flag is one cache line");
+
+/* A collective's signature: kind, dtype, reduce op, root and bytes (40
+ * bits), as gang__shm_sig_describe decodes it for error messages. */
+static inline uint64_t gang__shm_sig(int kind, int dtype, int op, int root,
+                                     uint64_t bytes) {
+  return (uint64_t)(kind & 31) << 59 | (uint64_t)(dtype & 31) << 54 |
+         (uint64_t)(op & 7) << 51 | (uint64_t)(root & 2047) << 40 |
+         (bytes & ((1ull << 40) - 1));
+}
+
+/* What a member publishes for single-copy readers (process_vm_readv). */
+typedef struct gang__shm_pub {
+  _Alignas(64) uint64_t in; /* address of its input (or in-place buffer) */
+  uint64_t out;             /* address of its output */
+  uint64_t bytes;           /* size of its input */
+} gang__shm_pub;
+
+/* A member's control page. `offs` holds per-destination byte offsets for
+ * all_to_all_v (offs[q+1] - offs[q] bytes go to member q). */
+typedef struct gang__shm_ctl {
+  gang__shm_flag flag;
+  gang__shm_pub pub;
+  _Alignas(64) uint64_t offs[GANG_SHM_MAX_LOCAL + 1];
+} gang__shm_ctl;
+
+/* One gang's view of its channel. */
+typedef struct gang__shm_chan {
+  gang__shm *arena;
+  int slot;              /* directory entry */
+  int rank, size;        /* in the gang */
+  uint64_t step;         /* steps this member has published */
+  uint64_t synced;       /* every member is known to have published this */
+  size_t chunk;          /* bytes per staging buffer */
+  bool cma;              /* single-copy reads allowed */
+  bool oversubscribed;   /* more local ranks than CPUs: spin little */
+  gang__shm_ctl **ctl;   /* [size]: each member's control page */
+  unsigned char **stage; /* [size]: each member's staging (2 * chunk) */
+  pid_t *pid;            /* [size]: each member's process */
+  gang__fabric *fabric;  /* watched while sleeping */
+  int64_t deadline;      /* of the running collective */
+  const char *op;        /* name of the running collective, for errors */
+  uint64_t sig;          /* its signature (gang__shm_sig) */
+  const char *(*kind_name)(int kind); /* names a signature's kind */
+  uint64_t opseq;                     /* its sequence number in the gang */
+  unsigned char *scratch; /* private, grown on demand, never shrunk */
+  size_t scratch_cap;
+} gang__shm_chan;
+
+/* Joins (or makes) the arena of this host for a world: exchanges host
+ * identities through `store` (GANG_HOST_ID overrides the boot id, host name
+ * and network namespace), and when two or more world ranks share this host
+ * and GANG_SHM_DISABLE is not set, maps the arena. Collective over the
+ * world. *out stays NULL (GANG_OK) when this rank has no local peer or
+ * shared memory cannot be used (logged at INFO with the reason); hosts[]
+ * (world size, caller's memory) receives each world rank's host index
+ * (ranks on one host share it). */
+gang_status gang__shm_create(gang_store *store, int rank, int size,
+                             gang__fabric *fabric, int64_t deadline, int *hosts,
+                             gang__shm **out);
+
+/* Unmaps the arena. Channels must be detached. */
+void gang__shm_destroy(gang__shm *s);
+
+/* World rank -> index in the arena, or -1 when not on this host. */
+int gang__shm_local_index(const gang__shm *s, int world_rank);
+
+/* Attaches the channel of a gang whose members (world ranks `world[0..n)`,
+ * all on this host) share the context id `ctx`; `rank` is this member's
+ * gang rank. Local: members find the same channel by (ctx, world[0]). */
+gang_status gang__shm_chan_attach(gang__shm *s, uint64_t ctx, const int *world,
+                                  int n, int rank, gang__shm_chan **out);
+void gang__shm_chan_detach(gang__shm_chan *c);
+
+/* Fails the arena (every local rank's waits end with st). Called from the
+ * fabric's failure hook. */
+void gang__shm_fail(gang__shm *s, gang_status st, const char *reason);
+
+/* ---- Steps (used by the algorithms) ---- */
+
+/* Publishes step `seq` (release) and wakes sleepers. */
+static inline void gang__shm_publish(gang__shm_chan *c, uint64_t seq) {
+  gang__shm_flag *f = &c->ctl[c->rank]->flag;
+  f->sig[seq & 1] = c->sig;
+  atomic_store_explicit(&f->seq, seq, memory_order_seq_cst);
+  if (atomic_load_explicit(&f->sleepers, memory_order_seq_cst) != 0) {
+    void gang__shm_ring(gang__shm_flag * f);
+    gang__shm_ring(f);
+  }
+}
+
+gang_status gang__shm_wait_slow(gang__shm_chan *c, int member, uint64_t seq);
+gang_status gang__shm_mismatch(gang__shm_chan *c, int member, uint64_t seq);
+
+/* Waits until `member` has published `seq` (acquire). */
+static inline gang_status gang__shm_wait_seq(gang__shm_chan *c, int member,
+                                             uint64_t seq) {
+  if (atomic_load_explicit(&c->ctl[member]->flag.seq, memory_order_acquire) >=
+      seq)
+    return GANG_OK;
+  return gang__shm_wait_slow(c, member, seq);
+}
+
+/* Waits until `member` has published `seq`, a step of the running
+ * collective, and checks that its step belongs to the same call as ours. */
+static inline gang_status gang__shm_wait(gang__shm_chan *c, int member,
+                                         uint64_t seq) {
+  gang_status st = gang__shm_wait_seq(c, member, seq);
+  if (st == GANG_OK && c->ctl[member]->flag.sig[seq & 1] != c->sig)
+    return gang__shm_mismatch(c, member, seq);
+  return st;
+}
+
+/* Waits until every member has published `seq`, a step of the running
+ * collective. */
+static inline gang_status gang__shm_wait_all(gang__shm_chan *c, uint64_t seq) {
+  if (c->synced >= seq)
+    return GANG_OK;
+  for (int m = 0; m < c->size; m++) {
+    if (m == c->rank)
+      continue;
+    gang_status st = gang__shm_wait(c, m, seq);
+    if (st != GANG_OK)
+      return st;
+  }
+  c->synced = seq;
+  return GANG_OK;
+}
+
+/* Starts step t: returns once this member may write its buffers of t's
+ * parity (rule 1: every member has published t-1, which may be a step of
+ * the previous collective, so no signature check). */
+static inline gang_status gang__shm_begin(gang__shm_chan *c, uint64_t t) {
+  if (c->synced >= t - 1)
+    return GANG_OK;
+  for (int m = 0; m < c->size; m++) {
+    if (m == c->rank)
+      continue;
+    gang_status st = gang__shm_wait_seq(c, m, t - 1);
+    if (st != GANG_OK)
+      return st;
+  }
+  c->synced = t - 1;
+  return GANG_OK;
+}
+
+/* Private scratch of at least `bytes` (kept for the channel's life). */
+gang_status gang__shm_scratch(gang__shm_chan *c, size_t bytes, void **out);
+
+/* This member's staging buffer of step t's parity, and another's. */
+static inline unsigned char *gang__shm_buf(gang__shm_chan *c, int member,
+                                           uint64_t t) {
+  return c->stage[member] + (t & 1) * c->chunk;
+}
+
+/* Copies `len` bytes at address `remote` of member `member` into `dst`
+ * (process_vm_readv). Fails with GANG_SYSTEM (and disables single copy for
+ * this channel) when the kernel refuses; callers then fall back. */
+gang_status gang__shm_read_remote(gang__shm_chan *c, int member, void *dst,
+                                  uint64_t remote, size_t len);
+
+/* The arena's failure, GANG_OK while healthy. */
+gang_status gang__shm_failed(const gang__shm *s);
+
+#endif
