@@ -7,7 +7,10 @@
  *     reader and copy-in overlaps copy-out.
  *   single copy (from SHM_BCAST_CMA_MIN, when allowed): the root publishes
  *     its buffer's address; the others pull it with process_vm_readv and
- *     publish; the root returns once all have. One copy per reader. */
+ *     publish; the root returns once all have. One copy per reader. With
+ *     two members the root would idle, so it pushes the first half
+ *     (process_vm_writev) while the other pulls the second: two cores
+ *     copy at once. */
 #include <string.h>
 
 #include "shm_algo.h"
@@ -30,6 +33,27 @@ gang_status shm_bcast(gang__shm_chan *c, void *buf, size_t bytes, int root) {
       gang__shm_publish(c, t);
     }
     return GANG_OK;
+  }
+  if (c->cma && bytes >= SHM_BCAST_CMA_MIN && c->size == 2) {
+    /* Two members: both copy, the root pushing the first half into the
+     * other's buffer while it pulls the second. */
+    uint64_t t = ++c->step;
+    GANG_CHECK(gang__shm_begin(c, t));
+    c->ctl[c->rank]->pub.in = (uint64_t)(uintptr_t)buf;
+    gang__shm_publish(c, t);
+    GANG_CHECK(gang__shm_wait_all(c, t));
+    int peer = 1 - c->rank;
+    size_t half = bytes / 2;
+    if (is_root)
+      GANG_CHECK(
+          gang__shm_write_remote(c, peer, c->ctl[peer]->pub.in, buf, half));
+    else
+      GANG_CHECK(gang__shm_read_remote(c, root, (unsigned char *)buf + half,
+                                       c->ctl[root]->pub.in + half,
+                                       bytes - half));
+    uint64_t t2 = ++c->step;
+    gang__shm_publish(c, t2);
+    return gang__shm_wait_all(c, t2);
   }
   if (c->cma && bytes >= SHM_BCAST_CMA_MIN) {
     uint64_t t = ++c->step;

@@ -51,8 +51,10 @@ typedef struct world {
   gang_store *store;
   gang_store_server *server; /* when rank 0 hosts the store itself */
   gang__fabric *fabric;
-  gang__shm *shm;    /* this host's arena; NULL: no local peer or shm off */
-  ar_algo allreduce; /* from GANG_ALGO */
+  gang__shm *shm;      /* this host's arena; NULL: no local peer or shm off */
+  int *hosts;          /* world rank -> host index (NULL for a world of one) */
+  bool shm_everywhere; /* every host's ranks share memory (or are alone) */
+  ar_algo allreduce;   /* from GANG_ALGO */
 } world;
 
 typedef struct pg {
@@ -71,7 +73,22 @@ typedef struct pg {
   void *scratch[2];
   size_t scratch_cap[2];
   gang__shm_chan *chan; /* every member on this host: collectives over shm */
+  struct hier *hier;    /* members on several hosts, some sharing one */
 } pg;
+
+/* A gang over several hosts, some with several of its members: all_reduce,
+ * broadcast and barrier run inside each host over shared memory and
+ * between hosts over TCP, among one leader per host (its lowest gang
+ * rank). */
+typedef struct hier {
+  gang__shm_chan *local; /* this host's members (NULL when alone here) */
+  int *leaders;          /* world ranks of the leaders, by host index */
+  int nhosts, my_host;   /* host index: order of first gang rank */
+  bool leader;
+  int *host_of;  /* gang rank -> host index */
+  int *local_of; /* gang rank -> index among its host's members */
+  uint64_t ctx;  /* the leaders' context id */
+} hier;
 
 static void world_release(world *w) {
   if (w == NULL)
@@ -82,6 +99,7 @@ static void world_release(world *w) {
   if (left > 0)
     return;
   gang__shm_destroy(w->shm);
+  free(w->hosts);
   gang__fabric_destroy(w->fabric);
   gang_store_close(w->store);
   gang_store_server_stop(w->server);
@@ -157,10 +175,89 @@ static bool execute_shm(gang_t *g, gang_work *w, gang_status *st) {
   return false;
 }
 
+/* all_reduce, broadcast or barrier of a gang over several hosts: inside
+ * each host over shared memory, between hosts among the leaders over TCP.
+ * False for the other collectives (they run flat over TCP). */
+static bool execute_hier(gang_t *g, gang_work *w, gang_status *st) {
+  pg *p = g->impl;
+  hier *h = p->hier;
+  const gang__coll *c = &w->coll;
+  if (c->kind != GANG_COLL_ALL_REDUCE && c->kind != GANG_COLL_BROADCAST &&
+      c->kind != GANG_COLL_BARRIER)
+    return false;
+  gang__shm_chan *ch = h->local;
+  size_t bytes = c->count * gang_dtype_size(c->dtype);
+  int64_t deadline = gang__deadline_in_ms(g->timeout_ms);
+  if (ch != NULL) {
+    ch->op = gang__coll_name(c->kind);
+    ch->opseq = w->seq;
+    ch->deadline = deadline;
+    ch->sig =
+        gang__shm_sig((int)c->kind, (int)c->dtype,
+                      c->kind == GANG_COLL_ALL_REDUCE ? (int)c->op : 0,
+                      c->kind == GANG_COLL_BROADCAST ? c->root : 0, bytes);
+  }
+  char what[64];
+  snprintf(what, sizeof what, "%s #%" PRIu64 " (gang rank %d/%d, hosts)",
+           gang__coll_name(c->kind), w->seq, g->rank, g->size);
+  algo_ctx a = {
+      .f = p->w->fabric,
+      .rank = h->my_host,
+      .size = h->nhosts,
+      .world = h->leaders,
+      .ctx = h->ctx,
+      .seq = w->seq,
+      .deadline = deadline,
+      .what = what,
+      .scratch = &p->scratch[0],
+      .scratch_cap = &p->scratch_cap[0],
+  };
+  *st = GANG_OK;
+  switch (c->kind) {
+  case GANG_COLL_BARRIER:
+    if (ch != NULL)
+      *st = shm_barrier(ch);
+    if (*st == GANG_OK && h->leader)
+      *st = algo_barrier_dissemination(&a);
+    if (*st == GANG_OK && ch != NULL)
+      *st = shm_barrier(ch);
+    return true;
+  case GANG_COLL_ALL_REDUCE:
+    if (ch != NULL)
+      *st = shm_allreduce(ch, c->out, c->count, c->dtype, c->op);
+    if (*st == GANG_OK && h->leader) {
+      if (bytes <= ALLREDUCE_RD_MAX || c->count < (size_t)h->nhosts)
+        *st = algo_allreduce_rd(&a, c->out, c->count, c->dtype, c->op);
+      else
+        *st = algo_allreduce_ring(&a, c->out, c->count, c->dtype, c->op);
+    }
+    if (*st == GANG_OK && ch != NULL)
+      *st = shm_bcast(ch, c->out, bytes, 0);
+    if (*st == GANG_OK && c->op == GANG_MEAN)
+      gang__reduce_mean_finish(c->out, c->count, c->dtype, g->size);
+    return true;
+  case GANG_COLL_BROADCAST: {
+    int root_host = h->host_of[c->root];
+    /* The root's host first, so its leader has the data. */
+    if (ch != NULL && h->my_host == root_host)
+      *st = shm_bcast(ch, c->out, bytes, h->local_of[c->root]);
+    if (*st == GANG_OK && h->leader)
+      *st = algo_bcast_binomial(&a, c->out, bytes, root_host);
+    if (*st == GANG_OK && ch != NULL && h->my_host != root_host)
+      *st = shm_bcast(ch, c->out, bytes, 0);
+    return true;
+  }
+  default:
+    return false;
+  }
+}
+
 static gang_status execute(gang_t *g, gang_work *w) {
   pg *p = g->impl;
   gang_status shm_st;
   if (p->chan != NULL && execute_shm(g, w, &shm_st))
+    return shm_st;
+  if (p->hier != NULL && execute_hier(g, w, &shm_st))
     return shm_st;
   const gang__coll *c = &w->coll;
   char what[64];
@@ -492,6 +589,89 @@ static const char *kind_name(int kind) {
   return gang__coll_name((gang__coll_kind)kind);
 }
 
+static uint64_t mix64(uint64_t x);
+
+static void hier_free(hier *h) {
+  if (h == NULL)
+    return;
+  gang__shm_chan_detach(h->local);
+  free(h->leaders);
+  free(h->host_of);
+  free(h->local_of);
+  free(h);
+}
+
+/* Plans the hierarchy of a gang whose members (world ranks map[0..size))
+ * span hosts; *out stays NULL when it would not help (every member alone
+ * on its host, or some host without shared memory). Local: every member
+ * computes the same plan from the world's host table. */
+static gang_status hier_new(world *w, const int *map, int size, int rank,
+                            uint64_t ctx, hier **out) {
+  *out = NULL;
+  if (!w->shm_everywhere || w->hosts == NULL || size < 3)
+    return GANG_OK;
+  hier *h = calloc(1, sizeof *h);
+  int *hid = malloc(sizeof *hid * (size_t)size); /* world host of index */
+  int *local = malloc(sizeof *local * (size_t)size);
+  if (h == NULL || hid == NULL || local == NULL)
+    goto oom;
+  h->leaders = malloc(sizeof *h->leaders * (size_t)size);
+  h->host_of = malloc(sizeof *h->host_of * (size_t)size);
+  h->local_of = calloc((size_t)size, sizeof *h->local_of);
+  if (h->leaders == NULL || h->host_of == NULL || h->local_of == NULL)
+    goto oom;
+  int *count = local; /* members per host index, reused below */
+  for (int i = 0; i < size; i++) {
+    int wh = w->hosts[map[i]], k = 0;
+    while (k < h->nhosts && hid[k] != wh)
+      k++;
+    if (k == h->nhosts) {
+      hid[h->nhosts] = wh;
+      h->leaders[h->nhosts] = map[i];
+      count[h->nhosts++] = 0;
+    }
+    h->host_of[i] = k;
+    h->local_of[i] = count[k]++;
+  }
+  if (h->nhosts == size || h->nhosts == 1) {
+    free(hid);
+    free(local);
+    hier_free(h);
+    return GANG_OK;
+  }
+  h->my_host = h->host_of[rank];
+  h->leader = h->local_of[rank] == 0;
+  int n = 0;
+  for (int i = 0; i < size; i++)
+    if (h->host_of[i] == h->my_host)
+      local[n++] = map[i];
+  h->ctx = mix64(ctx ^ 0x6869657261726368ull) & ~P2P_CTX_BIT;
+  if (n > 1) {
+    gang_status st = gang__shm_chan_attach(w->shm, h->ctx, local, n,
+                                           h->local_of[rank], &h->local);
+    if (st != GANG_OK) {
+      free(hid);
+      free(local);
+      hier_free(h);
+      return st;
+    }
+    h->local->kind_name = kind_name;
+  }
+  free(hid);
+  free(local);
+  GANG_INFO(SHM,
+            "gang of %d ranks over %d hosts: hierarchical all_reduce, "
+            "broadcast and barrier (%d members here%s)",
+            size, h->nhosts, n, h->leader ? ", leader" : "");
+  *out = h;
+  return GANG_OK;
+oom:
+  free(hid);
+  free(local);
+  hier_free(h);
+  return gang__error(GANG_NO_MEMORY, "gang: out of memory");
+}
+
 static gang_status pg_new(world *w, const int *map, int size, int rank,
                           uint64_t ctx, gang_device device, int64_t timeout_ms,
                           gang_t **out) {
@@ -515,6 +695,13 @@ static gang_status pg_new(world *w, const int *map, int size, int rank,
       return st;
     }
     p->chan->kind_name = kind_name;
+  } else if (size > 1) {
+    gang_status st = hier_new(w, map, size, rank, ctx, &p->hier);
+    if (st != GANG_OK) {
+      free(p);
+      free(m);
+      return st;
+    }
   }
   p->w = w;
   p->map = m;
@@ -528,6 +715,7 @@ static gang_status pg_new(world *w, const int *map, int size, int rank,
   gang_status st = gang__new(&pg_ops, p, rank, size, device, timeout_ms, out);
   if (st != GANG_OK) {
     gang__shm_chan_detach(p->chan);
+    hier_free(p->hier);
     pthread_cond_destroy(&p->cv);
     pthread_mutex_destroy(&p->mu);
     free(m);
@@ -601,6 +789,7 @@ static void pg_destroy(gang_t *g) {
     gang__work_complete(w, GANG_ABORTED);
   }
   gang__shm_chan_detach(p->chan);
+  hier_free(p->hier);
   world_release(p->w);
   free(p->scratch[0]);
   free(p->scratch[1]);
@@ -753,16 +942,15 @@ static gang_status create(const gang_options *opts, const char *store_addr,
                              gang__deadline_in_ms(timeout_ms)};
   GANG_CHECK_GOTO(gang__fabric_create(&cfg, &w->fabric), st, fail);
   if (size > 1) {
-    int *hosts = malloc(sizeof *hosts * (size_t)size);
-    if (hosts == NULL) {
+    w->hosts = malloc(sizeof *w->hosts * (size_t)size);
+    if (w->hosts == NULL) {
       st = gang__error(GANG_NO_MEMORY, "gang: out of memory");
       goto fail;
     }
-    st = gang__shm_create(w->store, rank, size, w->fabric, cfg.deadline, hosts,
-                          &w->shm);
-    free(hosts);
-    if (st != GANG_OK)
-      goto fail;
+    GANG_CHECK_GOTO(gang__shm_create(w->store, rank, size, w->fabric,
+                                     cfg.deadline, w->hosts, &w->shm,
+                                     &w->shm_everywhere),
+                    st, fail);
   }
   /* After setup the store only serves timeout diagnoses, which must not
    * wait longer than their own budget (at most 1 s) on a lost store. */

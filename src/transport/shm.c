@@ -222,12 +222,15 @@ gang_status gang__shm_wait_slow(gang__shm_chan *c, int member, uint64_t seq) {
 /* ---- Single copy ----------------------------------------------------------
  */
 
-gang_status gang__shm_read_remote(gang__shm_chan *c, int member, void *dst,
-                                  uint64_t remote, size_t len) {
-  unsigned char *d = dst;
+/* Copies len bytes between this process's `local` and address `remote` of
+ * member's process, in the direction `write` says. */
+static gang_status copy_remote(gang__shm_chan *c, int member, void *local,
+                               uint64_t remote, size_t len, bool write) {
+  unsigned char *d = local;
   while (len > 0) {
     struct iovec l = {d, len}, r = {(void *)(uintptr_t)remote, len};
-    ssize_t got = process_vm_readv(c->pid[member], &l, 1, &r, 1, 0);
+    ssize_t got = write ? process_vm_writev(c->pid[member], &l, 1, &r, 1, 0)
+                        : process_vm_readv(c->pid[member], &l, 1, &r, 1, 0);
     if (got <= 0) {
       int err = got < 0 ? errno : EIO;
       if (err == EINTR)
@@ -247,18 +250,30 @@ gang_status gang__shm_read_remote(gang__shm_chan *c, int member, void *dst,
                            "gang rank %d (pid %d) is gone",
                            c->op ? c->op : "collective", c->opseq, c->rank,
                            c->size, member, (int)c->pid[member]);
-      return gang__error_errno(GANG_SYSTEM, err,
-                               "%s #%" PRIu64 " (gang rank %d/%d): "
-                               "process_vm_readv of %zu bytes from gang rank "
-                               "%d (pid %d)",
-                               c->op ? c->op : "collective", c->opseq, c->rank,
-                               c->size, len, member, (int)c->pid[member]);
+      return gang__error_errno(
+          GANG_SYSTEM, err,
+          "%s #%" PRIu64 " (gang rank %d/%d): %s of %zu bytes %s gang rank %d "
+          "(pid %d)",
+          c->op ? c->op : "collective", c->opseq, c->rank, c->size,
+          write ? "process_vm_writev" : "process_vm_readv", len,
+          write ? "to" : "from", member, (int)c->pid[member]);
     }
     d += got;
     remote += (uint64_t)got;
     len -= (size_t)got;
   }
   return GANG_OK;
+}
+
+gang_status gang__shm_read_remote(gang__shm_chan *c, int member, void *dst,
+                                  uint64_t remote, size_t len) {
+  return copy_remote(c, member, dst, remote, len, false);
+}
+
+gang_status gang__shm_write_remote(gang__shm_chan *c, int member,
+                                   uint64_t remote, const void *src,
+                                   size_t len) {
+  return copy_remote(c, member, (void *)src, remote, len, true);
 }
 
 /* ---- Setup --------------------------------------------------------------- */
@@ -317,8 +332,8 @@ static gang_status choose_chunk(int n, size_t *out) {
   if (forced > 0)
     c = (size_t)forced;
   else
-    c = n <= 2   ? 128 * 1024
-        : n <= 4 ? 64 * 1024
+    c = n <= 2   ? 256 * 1024
+        : n <= 4 ? 128 * 1024
         : n <= 8 ? 32 * 1024
                  : 16 * 1024;
   if (c < 4096)
@@ -475,10 +490,9 @@ static bool cma_probe(gang__shm *s) {
   return true;
 }
 
-gang_status gang__shm_create(gang_store *store, int rank, int size,
-                             gang__fabric *fabric, int64_t deadline, int *hosts,
-                             gang__shm **out) {
-  (void)deadline; /* the store handle's own deadline bounds every wait */
+static gang_status create_local(gang_store *store, int rank, int size,
+                                gang__fabric *fabric, int *hosts,
+                                gang__shm **out) {
   *out = NULL;
   for (int i = 0; i < size; i++)
     hosts[i] = 0;
@@ -623,6 +637,37 @@ done:
   free(l);
   free(all);
   free(local_of);
+  return st;
+}
+
+gang_status gang__shm_create(gang_store *store, int rank, int size,
+                             gang__fabric *fabric, int64_t deadline, int *hosts,
+                             gang__shm **out, bool *everywhere) {
+  (void)deadline; /* the store handle's own deadline bounds every wait */
+  *everywhere = false;
+  GANG_CHECK(create_local(store, rank, size, fabric, hosts, out));
+  if (size == 1)
+    return GANG_OK;
+  /* Hierarchical collectives need every host's ranks to share memory (or
+   * be alone on their host): a world-wide yes or no. */
+  int alone = 0;
+  for (int i = 0; i < size; i++)
+    alone += hosts[i] == hosts[rank];
+  int *ranks = malloc(sizeof *ranks * (size_t)size);
+  if (ranks == NULL) {
+    gang__shm_destroy(*out);
+    *out = NULL;
+    return gang__error(GANG_NO_MEMORY, "shm: out of memory");
+  }
+  for (int i = 0; i < size; i++)
+    ranks[i] = i;
+  gang_status st = agree(store, "shm/state", rank, ranks, size,
+                         *out != NULL || alone == 1, everywhere);
+  free(ranks);
+  if (st != GANG_OK) {
+    gang__shm_destroy(*out);
+    *out = NULL;
+  }
   return st;
 }
 

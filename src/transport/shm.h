@@ -8,8 +8,10 @@
  * until the members it reads from have published it, then reads.
  *
  * Two rules keep the double buffering safe, and every algorithm keeps them:
- *   1. a member writes its buffer of parity t&1 at step t only once every
- *      member has published step t-1 (gang__shm_wait_all(t-1));
+ *   1. a member writes its buffer of parity t&1 at step t, and publishes
+ *      t (which writes the step's signature slot), only once every member
+ *      has published step t-1 (gang__shm_begin(t), or having seen a
+ *      member publish t that itself began it);
  *   2. a member finishes reading step t's data before it publishes t+1.
  * Every member publishes exactly once per step, so after the same sequence
  * of collectives all members agree on the step count without talking.
@@ -113,10 +115,12 @@ typedef struct gang__shm_chan {
  * world. *out stays NULL (GANG_OK) when this rank has no local peer or
  * shared memory cannot be used (logged at INFO with the reason); hosts[]
  * (world size, caller's memory) receives each world rank's host index
- * (ranks on one host share it). */
+ * (ranks on one host share it); *everywhere says whether every rank of the
+ * world either has an arena or is alone on its host (the condition for
+ * hierarchical collectives, the same answer on every rank). */
 gang_status gang__shm_create(gang_store *store, int rank, int size,
                              gang__fabric *fabric, int64_t deadline, int *hosts,
-                             gang__shm **out);
+                             gang__shm **out, bool *everywhere);
 
 /* Unmaps the arena. Channels must be detached. */
 void gang__shm_destroy(gang__shm *s);
@@ -217,6 +221,12 @@ static inline unsigned char *gang__shm_buf(gang__shm_chan *c, int member,
  * this channel) when the kernel refuses; callers then fall back. */
 gang_status gang__shm_read_remote(gang__shm_chan *c, int member, void *dst,
                                   uint64_t remote, size_t len);
+
+/* Copies `len` bytes from `src` to address `remote` of member `member`
+ * (process_vm_writev); errors like gang__shm_read_remote. */
+gang_status gang__shm_write_remote(gang__shm_chan *c, int member,
+                                   uint64_t remote, const void *src,
+                                   size_t len);
 
 /* The arena's failure, GANG_OK while healthy. */
 gang_status gang__shm_failed(const gang__shm *s);
