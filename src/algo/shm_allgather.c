@@ -1,7 +1,7 @@
 /* all_gather over shared memory.
  *
  *   staged: per chunk of the member's block, each member stages its chunk
- *     (inline in the flag line up to 24 bytes), publishes, waits for all,
+ *     (inline in the step line up to 40 bytes), publishes, waits for all,
  *     and copies every other member's chunk to its place in out. One step
  *     per chunk; each member reads (p-1) chunks.
  *   single copy (from SHM_AG_CMA_MIN per block, when allowed): each member
@@ -47,7 +47,7 @@ gang_status shm_allgather(gang__shm_chan *c, void *out, const void *in,
     uint64_t t = ++c->step;
     GANG_CHECK(gang__shm_begin(c, t));
     unsigned char *mine = bytes <= GANG_SHM_INLINE
-                              ? c->ctl[me]->flag.data[t & 1]
+                              ? c->ctl[me]->line[t & 1].data
                               : gang__shm_buf(c, me, t);
     memcpy(mine, src + done, n);
     gang__shm_publish(c, t);
@@ -55,7 +55,7 @@ gang_status shm_allgather(gang__shm_chan *c, void *out, const void *in,
     for (int k = 1; k < p; k++) {
       int j = (me + k) % p;
       const unsigned char *theirs = bytes <= GANG_SHM_INLINE
-                                        ? c->ctl[j]->flag.data[t & 1]
+                                        ? c->ctl[j]->line[t & 1].data
                                         : gang__shm_buf(c, j, t);
       memcpy(o + (size_t)j * bytes + done, theirs, n);
     }

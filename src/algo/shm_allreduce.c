@@ -1,6 +1,6 @@
 /* all_reduce over shared memory, three ways by size:
  *
- *   inline (≤ 24 bytes): the data rides in the member's flag line, so one
+ *   inline (≤ 40 bytes): the data rides in the member's step line, so one
  *     step moves one cache line each way; every member reduces all lines.
  *   all-read (two members, or up to SHM_ALLREAD_MAX): per chunk, each
  *     member stages its chunk, then reduces every member's staged chunk
@@ -48,13 +48,13 @@ static gang_status inline_allreduce(gang__shm_chan *c, void *buf, size_t count,
   size_t bytes = count * gang_dtype_size(dt);
   uint64_t t = ++c->step;
   GANG_CHECK(gang__shm_begin(c, t));
-  memcpy(c->ctl[c->rank]->flag.data[t & 1], buf, bytes);
+  memcpy(c->ctl[c->rank]->line[t & 1].data, buf, bytes);
   gang__shm_publish(c, t);
   GANG_CHECK(gang__shm_wait_all(c, t));
   unsigned char acc[GANG_SHM_INLINE];
-  memcpy(acc, c->ctl[0]->flag.data[t & 1], bytes);
+  memcpy(acc, c->ctl[0]->line[t & 1].data, bytes);
   for (int j = 1; j < c->size; j++)
-    gang__reduce(acc, c->ctl[j]->flag.data[t & 1], count, dt, op);
+    gang__reduce(acc, c->ctl[j]->line[t & 1].data, count, dt, op);
   memcpy(buf, acc, bytes);
   return GANG_OK;
 }

@@ -1,6 +1,6 @@
 /* Broadcast over shared memory.
  *
- *   inline (≤ 24 bytes): the root's flag line carries the data.
+ *   inline (≤ 40 bytes): the root's step line carries the data.
  *   staged: per chunk, the root stages it and publishes; each other member
  *     copies it out and publishes. The root waits for everyone only before
  *     reusing a buffer, so it runs at most one chunk ahead of the slowest
@@ -25,11 +25,11 @@ gang_status shm_bcast(gang__shm_chan *c, void *buf, size_t bytes, int root) {
     uint64_t t = ++c->step;
     if (is_root) {
       GANG_CHECK(gang__shm_begin(c, t));
-      memcpy(c->ctl[root]->flag.data[t & 1], buf, bytes);
+      memcpy(c->ctl[root]->line[t & 1].data, buf, bytes);
       gang__shm_publish(c, t);
     } else {
       GANG_CHECK(gang__shm_wait(c, root, t));
-      memcpy(buf, c->ctl[root]->flag.data[t & 1], bytes);
+      memcpy(buf, c->ctl[root]->line[t & 1].data, bytes);
       gang__shm_publish(c, t);
     }
     return GANG_OK;

@@ -82,9 +82,9 @@ static void futex_wait(_Atomic uint32_t *w, uint32_t v, int64_t ns) {
   syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT, v, &ts, NULL, 0);
 }
 
-void gang__shm_ring(gang__shm_flag *f) {
-  atomic_fetch_add_explicit(&f->bell, 1, memory_order_seq_cst);
-  futex_wake_all(&f->bell);
+void gang__shm_ring(gang__shm_wake *w) {
+  atomic_fetch_add_explicit(&w->bell, 1, memory_order_seq_cst);
+  futex_wake_all(&w->bell);
 }
 
 /* ---- Failure ------------------------------------------------------------- */
@@ -112,9 +112,9 @@ void gang__shm_fail(gang__shm *s, gang_status st, const char *reason) {
       continue;
     unsigned char *b = chan_base(s, i);
     for (int m = 0; m < s->n; m++) {
-      gang__shm_flag *f = &((gang__shm_ctl *)(b + (size_t)m * CTL_SIZE))->flag;
-      if (atomic_load(&f->sleepers) != 0)
-        gang__shm_ring(f);
+      gang__shm_wake *w = &((gang__shm_ctl *)(b + (size_t)m * CTL_SIZE))->wake;
+      if (atomic_load(&w->sleepers) != 0)
+        gang__shm_ring(w);
     }
   }
 }
@@ -134,6 +134,13 @@ static inline void cpu_relax(void) {
 #endif
 }
 
+/* The last step a member published. */
+static uint64_t last_step(gang__shm_ctl *ctl) {
+  uint64_t a = atomic_load(&ctl->line[0].seq),
+           b = atomic_load(&ctl->line[1].seq);
+  return a > b ? a : b;
+}
+
 static gang_status wait_error(gang__shm_chan *c, gang_status st, int member,
                               uint64_t seq, const char *why) {
   return gang__error(st,
@@ -142,7 +149,7 @@ static gang_status wait_error(gang__shm_chan *c, gang_status st, int member,
                      "%" PRIu64 " (it is at %" PRIu64 ")",
                      c->op ? c->op : "collective", c->opseq, c->rank, c->size,
                      why, member, (int)c->pid[member], seq,
-                     (uint64_t)atomic_load(&c->ctl[member]->flag.seq));
+                     last_step(c->ctl[member]));
 }
 
 static void describe_sig(const gang__shm_chan *c, uint64_t sig, char *buf,
@@ -157,7 +164,7 @@ static void describe_sig(const gang__shm_chan *c, uint64_t sig, char *buf,
 gang_status gang__shm_mismatch(gang__shm_chan *c, int member, uint64_t seq) {
   char mine[128], theirs[128];
   describe_sig(c, c->sig, mine, sizeof mine);
-  describe_sig(c, c->ctl[member]->flag.sig[seq & 1], theirs, sizeof theirs);
+  describe_sig(c, c->ctl[member]->line[seq & 1].sig, theirs, sizeof theirs);
   return gang__error(GANG_MISMATCH,
                      "%s #%" PRIu64 " (gang rank %d/%d, shared memory): ranks "
                      "disagree on the collective: this rank calls %s, gang "
@@ -178,7 +185,8 @@ static gang_status arena_failure(gang__shm_chan *c, int member, uint64_t seq) {
 }
 
 gang_status gang__shm_wait_slow(gang__shm_chan *c, int member, uint64_t seq) {
-  gang__shm_flag *f = &c->ctl[member]->flag;
+  gang__shm_line *f = &c->ctl[member]->line[seq & 1];
+  gang__shm_wake *w = &c->ctl[member]->wake;
   gang__shm *s = c->arena;
   /* Spin first: a peer on another core answers within a microsecond or
    * two. With more ranks than CPUs the peer needs our CPU: spin little. */
@@ -208,12 +216,12 @@ gang_status gang__shm_wait_slow(gang__shm_chan *c, int member, uint64_t seq) {
     int64_t ns = slice;
     if (c->deadline != GANG_DEADLINE_NONE && c->deadline - now < ns)
       ns = c->deadline - now;
-    atomic_fetch_add_explicit(&f->sleepers, 1, memory_order_seq_cst);
-    uint32_t bell = atomic_load_explicit(&f->bell, memory_order_seq_cst);
+    atomic_fetch_add_explicit(&w->sleepers, 1, memory_order_seq_cst);
+    uint32_t bell = atomic_load_explicit(&w->bell, memory_order_seq_cst);
     if (atomic_load_explicit(&f->seq, memory_order_seq_cst) < seq &&
         gang__shm_failed(s) == GANG_OK)
-      futex_wait(&f->bell, bell, ns);
-    atomic_fetch_sub_explicit(&f->sleepers, 1, memory_order_seq_cst);
+      futex_wait(&w->bell, bell, ns);
+    atomic_fetch_sub_explicit(&w->sleepers, 1, memory_order_seq_cst);
     if (slice < 5000000)
       slice *= 2;
   }

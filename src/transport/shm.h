@@ -1,9 +1,9 @@
 /* The shared-memory transport: one arena per world per host, in which each
  * gang whose ranks all sit on this host gets a channel. A channel is a
- * control page per member (a flag cache line with a step counter and a few
- * bytes of inline data, plus published buffer addresses for single-copy)
- * and a double-buffered staging area per member. Collectives over a
- * channel (src/algo/shm_*.c) are sequences of steps: a member writes its
+ * control page per member (two step lines, by parity, each with a step
+ * counter and a few bytes of inline data, plus published buffer addresses for
+ * single-copy) and a double-buffered staging area per member. Collectives over
+ * a channel (src/algo/shm_*.c) are sequences of steps: a member writes its
  * staging buffer of the step's parity, publishes the step number, waits
  * until the members it reads from have published it, then reads.
  *
@@ -40,26 +40,34 @@
 
 /* Most ranks of one world on one host that share an arena. */
 #define GANG_SHM_MAX_LOCAL 128
-/* Bytes of inline data per parity in a flag line. */
-#define GANG_SHM_INLINE 16
+/* Bytes of inline data in a step line. */
+#define GANG_SHM_INLINE 40
 
 typedef struct gang__shm gang__shm;
 
-/* A member's flag: one cache line. seq is the last step it published;
- * sleepers counts members asleep waiting for it, bell is their futex; sig
- * is the signature of the collective each step (by parity) belongs to, so
- * members that disagree on the call fail instead of reading each other's
- * bytes wrongly. No member is ever more than one step ahead of another,
- * so a step's parity slot is stable while anyone waits for it. */
-typedef struct gang__shm_flag {
+/* A member's line for the steps of one parity: one cache line. seq is the
+ * last step of that parity it published; sig the signature of the
+ * collective that step belongs to, so members that disagree on the call
+ * fail instead of reading each other's bytes wrongly. No member is ever
+ * more than one step ahead of another, so a step's line is stable while
+ * anyone waits for it. Two lines (by parity) let the owner take the next
+ * step's line back (a store to `own`) while nobody needs it, so the
+ * transfer of ownership is off the critical path of the next step. */
+typedef struct gang__shm_line {
   _Alignas(64) _Atomic uint64_t seq;
-  _Atomic uint32_t sleepers;
-  _Atomic uint32_t bell;
-  uint64_t sig[2];
-  unsigned char data[2][GANG_SHM_INLINE];
-} gang__shm_flag;
+  uint64_t sig;
+  unsigned char data[GANG_SHM_INLINE];
+  uint64_t own;
+} gang__shm_line;
 
-_Static_assert(sizeof(gang__shm_flag) == 64, "a flag is one cache line");
+_Static_assert(sizeof(gang__shm_line) == 64, "a step line is a cache line");
+
+/* Members asleep waiting for a member count themselves in its sleepers
+ * and sleep on its bell (a futex). */
+typedef struct gang__shm_wake {
+  _Alignas(64) _Atomic uint32_t sleepers;
+  _Atomic uint32_t bell;
+} gang__shm_wake;
 
 /* A collective's signature: kind, dtype, reduce op, root and bytes (40
  * bits), as gang__shm_sig_describe decodes it for error messages. */
@@ -80,7 +88,8 @@ typedef struct gang__shm_pub {
 /* A member's control page. `offs` holds per-destination byte offsets for
  * all_to_all_v (offs[q+1] - offs[q] bytes go to member q). */
 typedef struct gang__shm_ctl {
-  gang__shm_flag flag;
+  gang__shm_line line[2];
+  gang__shm_wake wake;
   gang__shm_pub pub;
   _Alignas(64) uint64_t offs[GANG_SHM_MAX_LOCAL + 1];
 } gang__shm_ctl;
@@ -141,15 +150,16 @@ void gang__shm_fail(gang__shm *s, gang_status st, const char *reason);
 
 /* ---- Steps (used by the algorithms) ---- */
 
+void gang__shm_ring(gang__shm_wake *w);
+
 /* Publishes step `seq` (release) and wakes sleepers. */
 static inline void gang__shm_publish(gang__shm_chan *c, uint64_t seq) {
-  gang__shm_flag *f = &c->ctl[c->rank]->flag;
-  f->sig[seq & 1] = c->sig;
-  atomic_store_explicit(&f->seq, seq, memory_order_seq_cst);
-  if (atomic_load_explicit(&f->sleepers, memory_order_seq_cst) != 0) {
-    void gang__shm_ring(gang__shm_flag * f);
-    gang__shm_ring(f);
-  }
+  gang__shm_ctl *me = c->ctl[c->rank];
+  gang__shm_line *l = &me->line[seq & 1];
+  l->sig = c->sig;
+  atomic_store_explicit(&l->seq, seq, memory_order_seq_cst);
+  if (atomic_load_explicit(&me->wake.sleepers, memory_order_seq_cst) != 0)
+    gang__shm_ring(&me->wake);
 }
 
 gang_status gang__shm_wait_slow(gang__shm_chan *c, int member, uint64_t seq);
@@ -158,8 +168,8 @@ gang_status gang__shm_mismatch(gang__shm_chan *c, int member, uint64_t seq);
 /* Waits until `member` has published `seq` (acquire). */
 static inline gang_status gang__shm_wait_seq(gang__shm_chan *c, int member,
                                              uint64_t seq) {
-  if (atomic_load_explicit(&c->ctl[member]->flag.seq, memory_order_acquire) >=
-      seq)
+  if (atomic_load_explicit(&c->ctl[member]->line[seq & 1].seq,
+                           memory_order_acquire) >= seq)
     return GANG_OK;
   return gang__shm_wait_slow(c, member, seq);
 }
@@ -169,7 +179,7 @@ static inline gang_status gang__shm_wait_seq(gang__shm_chan *c, int member,
 static inline gang_status gang__shm_wait(gang__shm_chan *c, int member,
                                          uint64_t seq) {
   gang_status st = gang__shm_wait_seq(c, member, seq);
-  if (st == GANG_OK && c->ctl[member]->flag.sig[seq & 1] != c->sig)
+  if (st == GANG_OK && c->ctl[member]->line[seq & 1].sig != c->sig)
     return gang__shm_mismatch(c, member, seq);
   return st;
 }
@@ -187,6 +197,9 @@ static inline gang_status gang__shm_wait_all(gang__shm_chan *c, uint64_t seq) {
       return st;
   }
   c->synced = seq;
+  /* Everyone has published seq, so nobody reads our line of seq + 1's
+   * parity (it holds step seq - 1): take it back now. */
+  c->ctl[c->rank]->line[(seq + 1) & 1].own = seq;
   return GANG_OK;
 }
 
