@@ -1,0 +1,101 @@
+#!/bin/sh
+# Two hosts on one machine: network namespaces A and B joined by a veth
+# pair, two ranks in each. A world of 4 ranks then has two same-host pairs
+# (shared memory inside each namespace) and TCP between them, so the world
+# gang runs the hierarchical collectives, the host-local sub-gangs shared
+# memory, and the rest TCP. gang-bench checks every result (-c 1) of every
+# collective, every dtype and reduce op where it has them. Needs root (it
+# makes the namespaces itself, on addresses nobody else uses, and removes
+# them on exit); otherwise it says why and exits 77 (ctest: skipped).
+#
+# usage: netns_hosts.sh BUILD_DIR
+set -u
+build=$1
+bench=$build/tools/gang-bench/gang-bench
+
+skip() {
+  echo "SKIP: $*"
+  exit 77
+}
+[ "$(id -u)" = 0 ] || skip "needs root to make network namespaces"
+command -v ip >/dev/null 2>&1 || skip "no ip command (iproute2)"
+
+tag=$(( $$ % 100000 ))
+A=gang-a-$tag
+B=gang-b-$tag
+net=10.213.$(( $$ % 250 ))
+pids=""
+cleanup() {
+  for p in $pids; do kill -9 "$p" 2>/dev/null; done
+  ip netns del "$A" 2>/dev/null
+  ip netns del "$B" 2>/dev/null
+}
+trap cleanup EXIT INT TERM
+ip netns add "$A" 2>/dev/null || skip "cannot make a network namespace here"
+ip netns add "$B" || skip "cannot make a second network namespace"
+ip link add "va$tag" type veth peer name "vb$tag" ||
+  skip "cannot make a veth pair"
+ip link set "va$tag" netns "$A"
+ip link set "vb$tag" netns "$B"
+ip -n "$A" addr add "$net.1/24" dev "va$tag"
+ip -n "$B" addr add "$net.2/24" dev "vb$tag"
+for ns in "$A" "$B"; do
+  ip -n "$ns" link set lo up
+done
+ip -n "$A" link set "va$tag" up
+ip -n "$B" link set "vb$tag" up
+
+out=$(mktemp -d)
+fail=0
+port=$(( 20000 + $$ % 20000 ))
+run() { # op, extra flags...
+  op=$1
+  shift
+  port=$(( port + 1 ))
+  pids=""
+  for r in 0 1 2 3; do
+    ns=$A
+    [ $r -ge 2 ] && ns=$B
+    ip netns exec "$ns" env RANK=$r WORLD_SIZE=4 LOCAL_RANK=$(( r % 2 )) LOCAL_WORLD_SIZE=2 \
+      MASTER_ADDR="$net.1" MASTER_PORT=$port GANG_TIMEOUT=60s \
+      GANG_DEBUG=INFO GANG_DEBUG_SUBSYS=SHM \
+      timeout 120 "$bench" --op "$op" -b 8 -e 1M -f 64 -n 2 -w 1 -c 1 "$@" \
+      >"$out/$op.$r" 2>&1 &
+    pids="$pids $!"
+  done
+  for p in $pids; do
+    if ! wait "$p"; then
+      echo "FAIL: $op: a rank failed"
+      fail=1
+    fi
+  done
+  pids=""
+}
+run all_reduce -d all -o all
+run broadcast -r all
+run barrier
+run all_gather
+run reduce_scatter -d all -o all
+run all_to_all
+
+# The transports were the ones meant: an arena in each namespace, and the
+# world gang hierarchical on every rank.
+for r in 0 1 2 3; do
+  grep -q "arena of 2 local ranks mapped" "$out/all_reduce.$r" || {
+    echo "FAIL: rank $r mapped no shared-memory arena"
+    fail=1
+  }
+  grep -q "over 2 hosts: hierarchical" "$out/all_reduce.$r" || {
+    echo "FAIL: rank $r did not run hierarchical collectives"
+    fail=1
+  }
+done
+if [ $fail -ne 0 ]; then
+  for f in "$out"/*; do
+    echo "---- $f"
+    cat "$f"
+  done
+fi
+rm -rf "$out"
+[ $fail -eq 0 ] && echo "netns_hosts: every collective correct over 2 hosts x 2 ranks"
+exit $fail
