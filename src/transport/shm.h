@@ -109,6 +109,7 @@ typedef struct gang__shm_chan {
   pid_t *pid;            /* [size]: each member's process */
   gang__fabric *fabric;  /* watched while sleeping */
   int64_t deadline;      /* of the running collective */
+  int64_t next_poke; /* when a sleeping wait next pokes the fabric */
   const char *op;        /* name of the running collective, for errors */
   uint64_t sig;          /* its signature (gang__shm_sig) */
   const char *(*kind_name)(int kind); /* names a signature's kind */
