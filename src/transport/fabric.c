@@ -204,8 +204,16 @@ static void encode_header(uint8_t *h, uint32_t kind, uint32_t tag, uint64_t ctx,
   gang__put_u64(h + 24, len);
 }
 
+static void left_before(gang__fabric *f, conn *c);
+
 /* Writes queued sends until the socket is full. Under f->mu. */
 static void push_sends(gang__fabric *f, conn *c) {
+  if (c->sq_head != NULL && c->bye && c->sq_head->off == 0) {
+    /* Its goodbye was read (maybe before its end of stream): a frame
+     * written now would vanish unread. */
+    left_before(f, c);
+    return;
+  }
   while (c->sq_head != NULL && !c->dead) {
     gang__xfer *x = c->sq_head;
     if (x->off == 0)
