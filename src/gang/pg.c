@@ -37,6 +37,7 @@
 #include "gang_impl.h"
 #include "transport/fabric.h"
 #include "transport/shm.h"
+#include "transport/ifname.h"
 
 #define P2P_CTX_BIT (1ull << 63)
 /* Up to this many bytes all_reduce uses recursive doubling. */
@@ -937,6 +938,16 @@ static gang_status create(const gang_options *opts, const char *store_addr,
       snprintf(host, sizeof host, "%s", want);
     else
       local_addr_toward(store_addr, host, sizeof host);
+    /* GANG_SOCKET_IFNAME narrows the choice to named interfaces; the
+     * default route's address still wins when it is on one of them. */
+    const char *ifspec = gang__setting_str(GANG_SETTING_SOCKET_IFNAME);
+    if (want == NULL && *ifspec != '\0') {
+      char route[sizeof host];
+      snprintf(route, sizeof route, "%s", host);
+      GANG_CHECK_GOTO(
+          gang__ifname_addr(ifspec, route, host, sizeof host, NULL, 0), st,
+          fail);
+    }
   }
   gang__fabric_config cfg = {rank, size, w->store, host,
                              gang__deadline_in_ms(timeout_ms)};

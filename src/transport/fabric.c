@@ -31,6 +31,7 @@
 
 #include "core/bytes.h"
 #include "core/clock.h"
+#include "core/config.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/sock.h"
@@ -48,6 +49,13 @@
  * one is left in the socket until its receive is posted, so it lands in
  * the caller's buffer with no allocation and no extra copy. */
 #define EAGER_MAX (64 * 1024)
+/* Receives read up to this much into a per-connection stage, so one recv
+ * takes a header with its small payload (and any frames behind it); a
+ * payload remainder this large or larger is read straight into its
+ * destination. At most EAGER_MAX + HDR: everything staged behind the
+ * header of a deferred message is then that message's payload. */
+#define STAGE (32 * 1024)
+_Static_assert(STAGE <= EAGER_MAX + HDR, "staged bytes of a deferred message");
 
 /* A message that arrived before its receive was posted. */
 typedef struct umsg {
@@ -69,9 +77,10 @@ typedef struct conn {
   /* sending: FIFO of registered sends; the head's header is in shdr */
   gang__xfer *sq_head, *sq_tail;
   uint8_t shdr[HDR];
-  /* receiving */
+  /* receiving: bytes read but not yet consumed are stage[s_off, s_end) */
+  uint8_t *stage;
+  size_t s_off, s_end;
   uint8_t rhdr[HDR];
-  size_t rhdr_got;
   bool in_payload;
   uint32_t rkind;
   uint32_t rtag;
@@ -93,11 +102,13 @@ struct gang__fabric {
   bool polling;
   gang_status failed;
   char fail_detail[1024];
-  int spin_ns;
   /* Told of the first failure, under mu (the shm arena wakes its
    * sleepers). */
   void (*fail_hook)(void *arg, gang_status st, const char *reason);
   void *fail_arg;
+  int64_t spin_ns;  /* GANG_TCP_SPIN_US */
+  int sockbuf;      /* GANG_SOCKET_BUFFER, 0: the kernel's */
+  uint64_t moved;   /* syscalls that moved bytes, for the spin */
 };
 
 int gang__fabric_rank(const gang__fabric *f) { return f->rank; }
@@ -228,8 +239,16 @@ static void encode_header(uint8_t *h, uint32_t kind, uint32_t tag, uint64_t ctx,
   gang__put_u64(h + 24, len);
 }
 
+static void left_before(gang__fabric *f, conn *c);
+
 /* Writes queued sends until the socket is full. Under f->mu. */
 static void push_sends(gang__fabric *f, conn *c) {
+  if (c->sq_head != NULL && c->bye && c->sq_head->off == 0) {
+    /* Its goodbye was read (maybe before its end of stream): a frame
+     * written now would vanish unread. */
+    left_before(f, c);
+    return;
+  }
   while (c->sq_head != NULL && !c->dead) {
     gang__xfer *x = c->sq_head;
     if (x->off == 0)
@@ -254,6 +273,7 @@ static void push_sends(gang__fabric *f, conn *c) {
       return;
     }
     x->off += (size_t)w;
+    f->moved++;
     if (x->off < HDR + x->len)
       return; /* socket full */
     c->sq_head = x->next;
@@ -297,7 +317,6 @@ static void on_header(gang__fabric *f, conn *c) {
   if (kind == FRAME_BYE && len == 0) {
     c->bye = true;
     c->in_payload = false;
-    c->rhdr_got = 0;
     return;
   }
   if (kind == FRAME_ABORT) {
@@ -386,7 +405,6 @@ static void deliver(gang__fabric *f, conn *c, umsg *u, gang__xfer *x) {
 
 static void on_payload_done(gang__fabric *f, conn *c) {
   c->in_payload = false;
-  c->rhdr_got = 0;
   if (c->rkind == FRAME_ABORT) {
     char why[1024];
     snprintf(why, sizeof why, "%s aborted: %s", c->name,
@@ -479,15 +497,33 @@ static bool stalled(const conn *c) {
          c->rum->waiting == NULL && c->posted_head == NULL && !c->hup;
 }
 
-/* Reads whatever has arrived on c. Under f->mu. */
+/* Where the current frame's next payload bytes go: the matched receive,
+ * the unexpected message's buffer, the ABORT text, or NULL (an ABORT text
+ * that could not be allocated: skipped). */
+static uint8_t *payload_dst(conn *c) {
+  if (c->rx)
+    return (uint8_t *)c->rx->buf + c->rgot;
+  if (c->rum)
+    return c->rum->data + c->rgot;
+  return c->rabort ? c->rabort + c->rgot : NULL;
+}
+
+static void payload_got(conn *c, size_t n) {
+  c->rgot += n;
+  if (c->rum)
+    c->rum->got = c->rgot;
+}
+
+/* Reads whatever has arrived on c and consumes it. Under f->mu. A read
+ * that returns less than asked for has emptied the socket, so the loop
+ * stops there instead of paying for one more recv that says EAGAIN. */
 static void pull(gang__fabric *f, conn *c) {
+  bool drained = false;
   while (!c->dead && f->failed == GANG_OK) {
-    void *dst;
-    size_t want;
-    if (!c->in_payload) {
-      dst = c->rhdr + c->rhdr_got;
-      want = HDR - c->rhdr_got;
-    } else {
+    size_t staged = c->s_end - c->s_off;
+    uint8_t *dst = NULL;
+    size_t want = 0;
+    if (c->in_payload) {
       size_t left = c->rlen - c->rgot;
       if (left == 0) {
         on_payload_done(f, c);
@@ -495,21 +531,40 @@ static void pull(gang__fabric *f, conn *c) {
       }
       if (c->rum != NULL && c->rum->data == NULL) {
         if (!resolve_deferred(f, c))
-          return;
+          return; /* staged bytes are its payload: they wait with it */
         continue;
       }
-      if (c->rx)
-        dst = (uint8_t *)c->rx->buf + c->rgot;
-      else if (c->rum)
-        dst = c->rum->data + c->rgot;
-      else
-        dst = c->rabort ? c->rabort + c->rgot : NULL;
-      want = left;
-      if (dst == NULL) { /* ABORT text we could not allocate: skip it */
-        static uint8_t sink[256];
-        dst = sink;
-        want = left < sizeof sink ? left : sizeof sink;
+      dst = payload_dst(c);
+      if (staged > 0) {
+        size_t n = staged < left ? staged : left;
+        if (dst != NULL)
+          memcpy(dst, c->stage + c->s_off, n);
+        c->s_off += n;
+        payload_got(c, n);
+        continue;
       }
+      if (dst != NULL && left >= STAGE)
+        want = left; /* large: straight into place */
+      else
+        dst = NULL;
+    } else if (staged >= HDR) {
+      memcpy(c->rhdr, c->stage + c->s_off, HDR);
+      c->s_off += HDR;
+      on_header(f, c);
+      continue;
+    }
+    if (drained)
+      return;
+    bool into_stage = dst == NULL;
+    if (into_stage) {
+      /* Into the stage, after what is left of a partial header. */
+      if (c->s_off > 0) {
+        memmove(c->stage, c->stage + c->s_off, staged);
+        c->s_off = 0;
+        c->s_end = staged;
+      }
+      dst = c->stage + c->s_end;
+      want = STAGE - c->s_end;
     }
     ssize_t r = recv(c->fd, dst, want, MSG_DONTWAIT);
     if (r < 0) {
@@ -522,15 +577,12 @@ static void pull(gang__fabric *f, conn *c) {
       peer_closed(f, c, 0);
       return;
     }
-    if (!c->in_payload) {
-      c->rhdr_got += (size_t)r;
-      if (c->rhdr_got == HDR)
-        on_header(f, c);
-    } else {
-      c->rgot += (size_t)r;
-      if (c->rum)
-        c->rum->got = c->rgot;
-    }
+    drained = (size_t)r < want;
+    f->moved++;
+    if (into_stage)
+      c->s_end += (size_t)r;
+    else
+      payload_got(c, (size_t)r);
   }
 }
 
@@ -750,6 +802,7 @@ gang_status gang__fabric_wait(gang__fabric *f, gang__xgroup *grp, gang__xfer *x,
   pthread_mutex_lock(&f->mu);
   bool driving = false;
   int64_t spin_until = gang__now_ns() + f->spin_ns;
+  uint64_t seen = f->moved;
   while (grp->remaining > 0 && f->failed == GANG_OK) {
     if (!driving && !f->driving)
       f->driving = driving = true;
@@ -760,7 +813,14 @@ gang_status gang__fabric_wait(gang__fabric *f, gang__xgroup *grp, gang__xfer *x,
       if (grp->remaining == 0 || f->failed != GANG_OK ||
           gang__deadline_passed(deadline))
         break;
-      if (gang__now_ns() < spin_until) {
+      /* Spin while bytes keep moving, and for spin_ns after they stop:
+       * a sleep in poll() costs a wake-up on the critical path. */
+      int64_t now = gang__now_ns();
+      if (f->moved != seen) {
+        seen = f->moved;
+        spin_until = now + f->spin_ns;
+      }
+      if (now < spin_until) {
         pthread_mutex_unlock(&f->mu);
         sched_yield();
         pthread_mutex_lock(&f->mu);
@@ -850,6 +910,16 @@ static gang_status hello_check(const gang__fabric *f, const hello *h,
   return GANG_OK;
 }
 
+/* GANG_SOCKET_BUFFER: fixed socket buffers instead of autotuning (the
+ * kernel caps them at net.core.{w,r}mem_max). Best effort. */
+static void set_sockbuf(const gang__fabric *f, int fd) {
+  if (f->sockbuf <= 0)
+    return;
+  if (setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &f->sockbuf, sizeof f->sockbuf) ||
+      setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &f->sockbuf, sizeof f->sockbuf))
+    GANG_WARN(TCP, "GANG_SOCKET_BUFFER=%d: %s", f->sockbuf, strerror(errno));
+}
+
 static gang_status split_hostport(const char *s, char *host, size_t cap,
                                   int *port) {
   const char *colon = strrchr(s, ':');
@@ -913,6 +983,7 @@ static gang_status connect_lower(gang__fabric *f,
     close(fd);
     return st;
   }
+  set_sockbuf(f, fd);
   c->fd = fd;
   return GANG_OK;
 }
@@ -969,6 +1040,7 @@ static gang_status accept_higher(gang__fabric *f,
       close(fd);
       return st;
     }
+    set_sockbuf(f, fd);
     c->fd = fd;
     got++;
   }
@@ -1006,7 +1078,6 @@ gang_status gang__fabric_create(const gang__fabric_config *cfg,
   f->rank = cfg->rank;
   f->size = cfg->size;
   f->wakefd = -1;
-  f->spin_ns = 20000;
   pthread_mutex_init(&f->mu, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
@@ -1023,7 +1094,24 @@ gang_status gang__fabric_create(const gang__fabric_config *cfg,
   for (int p = 0; p < cfg->size; p++) {
     f->conns[p].fd = -1;
     f->conns[p].peer = p;
+    if (p != cfg->rank && (f->conns[p].stage = malloc(STAGE)) == NULL) {
+      st = gang__error(GANG_NO_MEMORY, "fabric: out of memory");
+      goto fail;
+    }
   }
+  int64_t spin_us = 0, sockbuf = 0;
+  GANG_CHECK_GOTO(gang__setting_int(GANG_SETTING_TCP_SPIN_US, &spin_us), st,
+                  fail);
+  GANG_CHECK_GOTO(gang__setting_int(GANG_SETTING_SOCKET_BUFFER, &sockbuf), st,
+                  fail);
+  if (spin_us < 0 || spin_us > 1000000 || sockbuf < 0 || sockbuf > INT32_MAX) {
+    st = gang__error(GANG_INVALID_ARGUMENT,
+                     "GANG_TCP_SPIN_US must be in [0, 1000000] and "
+                     "GANG_SOCKET_BUFFER in [0, 2G)");
+    goto fail;
+  }
+  f->spin_ns = spin_us * 1000;
+  f->sockbuf = (int)sockbuf;
   f->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (f->wakefd < 0) {
     st = gang__error_errno(GANG_SYSTEM, errno, "fabric: eventfd");
@@ -1081,6 +1169,7 @@ void gang__fabric_destroy(gang__fabric *f) {
       free(u);
     }
     free(c->rabort);
+    free(c->stage);
   }
   free(f->conns);
   if (f->wakefd >= 0)

@@ -1,0 +1,159 @@
+/* The loopback TCP floor that the fabric is measured against
+ * (docs/performance.md): two processes, one TCP connection, no library.
+ *
+ *   tcp_floor pingpong [bytes] [iters]   round trip of one message each way,
+ *                                        both sides busy-polling recv
+ *   tcp_floor stream [bytes] [iters]     one direction, `bytes` per message
+ *   tcp_floor duplex [bytes] [iters]     both directions at once (what a
+ *                                        2-rank all_reduce does); sleeps in
+ *                                        poll when stuck unless
+ *                                        TCP_FLOOR_SPIN is set
+ *
+ * Socket buffers are left to the kernel unless TCP_FLOOR_BUF is set (bytes
+ * for SO_SNDBUF and SO_RCVBUF). Prints the median over `iters`. */
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+static int cmp(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static void tune(int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  const char *b = getenv("TCP_FLOOR_BUF");
+  if (b != NULL) {
+    int v = atoi(b);
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof v);
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof v);
+  }
+}
+
+/* Moves `out` bytes out and `in` bytes in at once, spinning on
+ * non-blocking calls and sleeping in poll only when neither can move. */
+static int pump(int fd, const char *sbuf, size_t out, char *rbuf, size_t in,
+                int spin) {
+  size_t so = 0, ro = 0;
+  while (so < out || ro < in) {
+    int moved = 0;
+    if (so < out) {
+      ssize_t w = send(fd, sbuf + so, out - so, MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (w > 0) {
+        so += (size_t)w;
+        moved = 1;
+      } else if (w < 0 && errno != EAGAIN)
+        return -1;
+    }
+    if (ro < in && spin == 2) {
+      struct pollfd p = {fd, POLLIN, 0};
+      if (poll(&p, 1, 0) == 0)
+        continue;
+    }
+    if (ro < in) {
+      ssize_t r = recv(fd, rbuf + ro, in - ro, MSG_DONTWAIT);
+      if (r > 0) {
+        ro += (size_t)r;
+        moved = 1;
+      } else if (r == 0 || (r < 0 && errno != EAGAIN))
+        return -1;
+    }
+    if (!moved && !spin) {
+      struct pollfd p = {fd, (short)((ro < in ? POLLIN : 0) |
+                                     (so < out ? POLLOUT : 0)),
+                         0};
+      poll(&p, 1, 1000);
+    }
+  }
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  const char *mode = argc > 1 ? argv[1] : "pingpong";
+  size_t bytes = argc > 2 ? strtoull(argv[2], NULL, 0) : 8;
+  int iters = argc > 3 ? atoi(argv[3]) : 1000;
+  int lfd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET,
+                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t sl = sizeof sa;
+  if (bind(lfd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(lfd, 1) ||
+      getsockname(lfd, (struct sockaddr *)&sa, &sl)) {
+    perror("listen");
+    return 1;
+  }
+  pid_t child = fork();
+  int fd;
+  if (child == 0) {
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    tune(fd);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0)
+      _exit(1);
+  } else {
+    fd = accept(lfd, NULL, NULL);
+    tune(fd);
+  }
+  close(lfd);
+  int leader = child != 0;
+  char *sbuf = calloc(1, bytes + 1), *rbuf = calloc(1, bytes + 1);
+  double *t = calloc((size_t)iters, sizeof *t);
+  int pp = strcmp(mode, "pingpong") == 0, duplex = strcmp(mode, "duplex") == 0;
+  int warm = iters / 10 + 1;
+  int spin = getenv("TCP_FLOOR_SPIN") ? atoi(getenv("TCP_FLOOR_SPIN")) : 0;
+  for (int i = -warm; i < iters; i++) {
+    double t0 = now_us();
+    int rc;
+    if (pp) {
+      int sp = spin ? spin : 1;
+      rc = leader ? pump(fd, sbuf, bytes, NULL, 0, sp) ||
+                        pump(fd, NULL, 0, rbuf, bytes, sp)
+                  : pump(fd, NULL, 0, rbuf, bytes, sp) ||
+                        pump(fd, sbuf, bytes, NULL, 0, sp);
+    } else if (duplex) {
+      rc = pump(fd, sbuf, bytes, rbuf, bytes, spin);
+    } else {
+      rc = leader ? pump(fd, sbuf, bytes, NULL, 0, 0)
+                  : pump(fd, NULL, 0, rbuf, bytes, 0);
+      /* one byte back so the sender times delivery, not buffering */
+      rc = rc || (leader ? pump(fd, NULL, 0, rbuf, 1, 1)
+                         : pump(fd, sbuf, 1, NULL, 0, 1));
+    }
+    if (rc != 0) {
+      perror("pump");
+      return 1;
+    }
+    if (i >= 0)
+      t[i] = now_us() - t0;
+  }
+  if (leader) {
+    qsort(t, (size_t)iters, sizeof *t, cmp);
+    double med = t[iters / 2];
+    if (pp)
+      printf("pingpong %zu B: round trip %.2f us, one way %.2f us\n", bytes,
+             med, med / 2);
+    else
+      printf("%s %zu B: %.1f us, %.2f GB/s per direction\n", mode, bytes, med,
+             (double)bytes / med / 1e3);
+    waitpid(child, NULL, 0);
+  }
+  close(fd);
+  free(sbuf);
+  free(rbuf);
+  free(t);
+  return 0;
+}
