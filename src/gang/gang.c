@@ -318,7 +318,12 @@ static gang_status post_ex(gang_t *g, const gang__coll *c, gang_work *w,
       GANG_CHECK(check_signature(g, c, fn));
     g->ncoll++;
   }
-  memset(w, 0, offsetof(gang_work, inline_state));
+  /* Everything but the detail text, which only a failure writes. */
+  memset(w, 0, offsetof(gang_work, detail));
+  w->detail[0] = '\0';
+  w->impl = NULL;
+  w->seq = 0;
+  w->next = NULL;
   w->g = g;
   w->heap = heap;
   w->coll = *c;

@@ -129,7 +129,8 @@ static bool execute_shm(gang_t *g, gang_work *w, gang_status *st) {
           ? (int)c->op
           : 0,
       c->kind == GANG_COLL_BROADCAST ? c->root : 0, varying ? 0 : bytes);
-  ch->deadline = gang__deadline_in_ms(g->timeout_ms);
+  ch->timeout_ms = g->timeout_ms;
+  ch->deadline = 0; /* computed by the first wait that has to sleep */
   switch (c->kind) {
   case GANG_COLL_BARRIER:
     *st = shm_barrier(ch);
@@ -409,6 +410,24 @@ done:
 
 /* Runs queued collectives in order until `until` is done (or, with NULL,
  * while the queue has work). Called with p->mu held; returns with it held. */
+/* Executes one collective and completes its work, telling the peers of a
+ * failure. Called without p->mu. */
+static void run_one(gang_t *g, gang_work *w) {
+  pg *p = g->impl;
+  gang_status st = execute(g, w);
+  if (st == GANG_TIMEOUT)
+    diagnose_timeout(g, w);
+  /* A failure found before any byte moved (a bad split, no memory) must
+   * still reach the peers, or they wait for this rank until their
+   * deadline. */
+  if (st != GANG_OK && gang__fabric_status(p->w->fabric, NULL, 0) == GANG_OK) {
+    char why[1024];
+    snprintf(why, sizeof why, "%s", gang_last_error());
+    gang__fabric_fail(p->w->fabric, st, why);
+  }
+  gang__work_complete(w, st);
+}
+
 static void drain(gang_t *g, gang_work *until) {
   pg *p = g->impl;
   while (p->q_head != NULL && !p->running && !p->stop &&
@@ -419,19 +438,7 @@ static void drain(gang_t *g, gang_work *until) {
       p->q_tail = NULL;
     p->running = true;
     pthread_mutex_unlock(&p->mu);
-    gang_status st = execute(g, w);
-    if (st == GANG_TIMEOUT)
-      diagnose_timeout(g, w);
-    /* A failure found before any byte moved (a bad split, no memory) must
-     * still reach the peers, or they wait for this rank until their
-     * deadline. */
-    if (st != GANG_OK &&
-        gang__fabric_status(p->w->fabric, NULL, 0) == GANG_OK) {
-      char why[1024];
-      snprintf(why, sizeof why, "%s", gang_last_error());
-      gang__fabric_fail(p->w->fabric, st, why);
-    }
-    gang__work_complete(w, st);
+    run_one(g, w);
     pthread_mutex_lock(&p->mu);
     p->running = false;
     pthread_cond_broadcast(&p->cv);
@@ -518,6 +525,19 @@ static gang_status pg_post(gang_t *g, const gang__coll *c, gang_work *w) {
   }
   w->seq = ++p->seq;
   w->next = NULL;
+  if (!w->heap && p->q_head == NULL && !p->running && !p->stop) {
+    /* A blocking call with nothing queued ahead of it runs here and now:
+     * its wait then finds it done (no second lock, no deadline to
+     * compute), which is most of a small collective's cost. */
+    p->running = true;
+    pthread_mutex_unlock(&p->mu);
+    run_one(g, w);
+    pthread_mutex_lock(&p->mu);
+    p->running = false;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    return GANG_OK;
+  }
   if (p->q_tail)
     p->q_tail->next = w;
   else

@@ -203,6 +203,8 @@ gang_status gang__shm_wait_slow(gang__shm_chan *c, int member, uint64_t seq) {
    * noticed: its TCP connection ends, which the fabric sees when poked,
    * at most once a millisecond per channel (a poke is a syscall per peer,
    * too dear to make at every wake-up of 16 ranks on 2 cores). */
+  if (c->deadline == 0)
+    c->deadline = gang__deadline_in_ms(c->timeout_ms);
   int64_t slice = 1000000; /* ns; grows to 8 ms */
   for (;;) {
     if (atomic_load_explicit(&f->seq, memory_order_acquire) >= seq)

@@ -50,14 +50,12 @@ typedef struct gang__shm gang__shm;
  * collective that step belongs to, so members that disagree on the call
  * fail instead of reading each other's bytes wrongly. No member is ever
  * more than one step ahead of another, so a step's line is stable while
- * anyone waits for it. Two lines (by parity) let the owner take the next
- * step's line back (a store to `own`) while nobody needs it, so the
- * transfer of ownership is off the critical path of the next step. */
+ * anyone waits for it. */
 typedef struct gang__shm_line {
   _Alignas(64) _Atomic uint64_t seq;
   uint64_t sig;
   unsigned char data[GANG_SHM_INLINE];
-  uint64_t own;
+  uint64_t pad;
 } gang__shm_line;
 
 _Static_assert(sizeof(gang__shm_line) == 64, "a step line is a cache line");
@@ -109,7 +107,10 @@ typedef struct gang__shm_chan {
   pid_t *pid;            /* [size]: each member's process */
   gang__fabric *fabric;  /* watched while sleeping */
   int64_t deadline;      /* of the running collective */
-  int64_t next_poke; /* when a sleeping wait next pokes the fabric */
+  int64_t next_poke;     /* when a sleeping wait next pokes the fabric */
+  int64_t timeout_ms;    /* of the running collective; with deadline 0, the
+                            first wait that sleeps sets the deadline (the
+                            spin before it, under 1 ms, is not counted) */
   const char *op;        /* name of the running collective, for errors */
   uint64_t sig;          /* its signature (gang__shm_sig) */
   const char *(*kind_name)(int kind); /* names a signature's kind */
@@ -198,9 +199,6 @@ static inline gang_status gang__shm_wait_all(gang__shm_chan *c, uint64_t seq) {
       return st;
   }
   c->synced = seq;
-  /* Everyone has published seq, so nobody reads our line of seq + 1's
-   * parity (it holds step seq - 1): take it back now. */
-  c->ctl[c->rank]->line[(seq + 1) & 1].own = seq;
   return GANG_OK;
 }
 

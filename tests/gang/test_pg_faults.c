@@ -103,6 +103,7 @@ static int kill_rank(int rank, int size, void *arg) {
   free(buf);
   gang_destroy(g);
   RCHECK(gt_count_fds() == fds0);
+  RCHECK(gt_count_shm_maps() == 0);
   return 0;
 }
 

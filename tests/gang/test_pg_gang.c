@@ -432,6 +432,7 @@ static int rank_main(int rank, int size, void *arg) {
   gang_destroy(half);
   RCHECK_OK(gang_barrier(g));
   gang_destroy(g);
+  RCHECK(gt_count_shm_maps() == 0); /* the arena left with the world */
   return 0;
 }
 

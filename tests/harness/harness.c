@@ -39,6 +39,18 @@ static int count_dir(const char *path) {
 
 int gt_count_fds(void) { return count_dir("/proc/self/fd") - 1; }
 
+int gt_count_shm_maps(void) {
+  FILE *f = fopen("/proc/self/maps", "r");
+  if (f == NULL)
+    return -1;
+  char line[512];
+  int n = 0;
+  while (fgets(line, sizeof line, f) != NULL)
+    n += strstr(line, "gang-shm") != NULL;
+  fclose(f);
+  return n;
+}
+
 int gt_count_children(void) {
   DIR *d = opendir("/proc");
   if (d == NULL)

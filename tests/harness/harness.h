@@ -70,6 +70,8 @@ struct gang *gt_join(const char *ns, int round, int rank, int size,
                      int64_t timeout_ms, int check);
 
 int gt_count_fds(void);
+/* Mappings of a shared-memory arena (memfd "gang-shm") in this process. */
+int gt_count_shm_maps(void);
 int gt_count_threads(void);
 /* Child processes of this process, running or unreaped. */
 int gt_count_children(void);
