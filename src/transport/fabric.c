@@ -821,8 +821,12 @@ gang_status gang__fabric_wait(gang__fabric *f, gang__xgroup *grp, gang__xfer *x,
         spin_until = now + f->spin_ns;
       }
       if (now < spin_until) {
+        /* Busy for the first stretch (a reply on another core lands within
+         * microseconds), then hand the CPU over between passes in case the
+         * peer waits for it. */
         pthread_mutex_unlock(&f->mu);
-        sched_yield();
+        if (now - (spin_until - f->spin_ns) >= 20000)
+          sched_yield();
         pthread_mutex_lock(&f->mu);
       } else {
         sleep_in_poll(f, deadline);
