@@ -1,7 +1,8 @@
 /* all_gather over shared memory.
  *
  *   staged: per chunk of the member's block, each member stages its chunk
- *     (inline in the step line up to 40 bytes), publishes, waits for all,
+ *     (blocks up to 1 KiB in one step, in its step line or small slot),
+ *     publishes, waits for all,
  *     and copies every other member's chunk to its place in out. One step
  *     per chunk; each member reads (p-1) chunks.
  *   single copy (from SHM_AG_CMA_MIN per block, when allowed): each member
@@ -41,22 +42,21 @@ gang_status shm_allgather(gang__shm_chan *c, void *out, const void *in,
     gang__shm_publish(c, t2);
     return gang__shm_wait_all(c, t2);
   }
-  size_t chunk = bytes <= GANG_SHM_INLINE ? GANG_SHM_INLINE : c->chunk;
+  bool small = bytes <= GANG_SHM_SMALL;
+  size_t chunk = small ? bytes : c->chunk;
   for (size_t done = 0; done < bytes; done += chunk) {
     size_t n = bytes - done < chunk ? bytes - done : chunk;
     uint64_t t = ++c->step;
-    GANG_CHECK(gang__shm_begin(c, t));
-    unsigned char *mine = bytes <= GANG_SHM_INLINE
-                              ? c->ctl[me]->line[t & 1].data
-                              : gang__shm_buf(c, me, t);
+    GANG_CHECK(small ? gang__shm_begin_line(c, t) : gang__shm_begin(c, t));
+    unsigned char *mine =
+        small ? gang__shm_slot(c, me, t, bytes) : gang__shm_buf(c, me, t);
     memcpy(mine, src + done, n);
     gang__shm_publish(c, t);
     GANG_CHECK(gang__shm_wait_all(c, t));
     for (int k = 1; k < p; k++) {
       int j = (me + k) % p;
-      const unsigned char *theirs = bytes <= GANG_SHM_INLINE
-                                        ? c->ctl[j]->line[t & 1].data
-                                        : gang__shm_buf(c, j, t);
+      const unsigned char *theirs =
+          small ? gang__shm_slot(c, j, t, bytes) : gang__shm_buf(c, j, t);
       memcpy(o + (size_t)j * bytes + done, theirs, n);
     }
   }

@@ -1,7 +1,8 @@
 /* all_reduce over shared memory, three ways by size:
  *
- *   inline (≤ 40 bytes): the data rides in the member's step line, so one
- *     step moves one cache line each way; every member reduces all lines.
+ *   small (≤ 1 KiB): the data rides in the member's step line (≤ 40
+ *     bytes: one cache line each way) or its small slot of the step; every
+ *     member reduces every member's data in rank order.
  *   all-read (two members, or up to SHM_ALLREAD_MAX): per chunk, each
  *     member stages its chunk, then reduces every member's staged chunk
  *     into its buffer. One step per chunk; each member reads (p-1) chunks
@@ -43,18 +44,18 @@ static void reduce_all(void *dst, unsigned char *const *s, size_t off, int n,
     gang__reduce(dst, s[j] + off, count, dt, op);
 }
 
-static gang_status inline_allreduce(gang__shm_chan *c, void *buf, size_t count,
-                                    gang_dtype dt, gang_reduce_op op) {
+static gang_status small_allreduce(gang__shm_chan *c, void *buf, size_t count,
+                                   gang_dtype dt, gang_reduce_op op) {
   size_t bytes = count * gang_dtype_size(dt);
   uint64_t t = ++c->step;
-  GANG_CHECK(gang__shm_begin(c, t));
-  memcpy(c->ctl[c->rank]->line[t & 1].data, buf, bytes);
+  GANG_CHECK(gang__shm_begin_line(c, t));
+  memcpy(gang__shm_slot(c, c->rank, t, bytes), buf, bytes);
   gang__shm_publish(c, t);
   GANG_CHECK(gang__shm_wait_all(c, t));
-  unsigned char acc[GANG_SHM_INLINE];
-  memcpy(acc, c->ctl[0]->line[t & 1].data, bytes);
+  unsigned char acc[GANG_SHM_SMALL];
+  memcpy(acc, gang__shm_slot(c, 0, t, bytes), bytes);
   for (int j = 1; j < c->size; j++)
-    gang__reduce(acc, c->ctl[j]->line[t & 1].data, count, dt, op);
+    gang__reduce(acc, gang__shm_slot(c, j, t, bytes), count, dt, op);
   memcpy(buf, acc, bytes);
   return GANG_OK;
 }
@@ -181,8 +182,8 @@ gang_status shm_allreduce(gang__shm_chan *c, void *buf, size_t count,
   size_t bytes = count * gang_dtype_size(dt);
   if (c->size == 1 || count == 0)
     return GANG_OK;
-  if (bytes <= GANG_SHM_INLINE)
-    return inline_allreduce(c, buf, count, dt, op);
+  if (bytes <= GANG_SHM_SMALL)
+    return small_allreduce(c, buf, count, dt, op);
   if (c->cma && c->size > 2 && bytes >= SHM_CMA_MIN && count >= (size_t)c->size)
     return single_copy(c, buf, count, dt, op);
   if (c->size == 2 || bytes <= SHM_ALLREAD_MAX)

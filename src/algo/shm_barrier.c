@@ -4,8 +4,8 @@
 
 gang_status shm_barrier(gang__shm_chan *c) {
   uint64_t t = ++c->step;
-  /* Publishing writes the step's signature slot: rule 1 applies. */
-  GANG_CHECK(gang__shm_begin(c, t));
+  /* Publishing writes the step's line. */
+  GANG_CHECK(gang__shm_begin_line(c, t));
   gang__shm_publish(c, t);
   return gang__shm_wait_all(c, t);
 }

@@ -1,6 +1,8 @@
 /* Broadcast over shared memory.
  *
- *   inline (≤ 40 bytes): the root's step line carries the data.
+ *   small (≤ 1 KiB): the root's step line (≤ 40 bytes) or small slot of
+ *     the step carries the data; the root may run up to GANG_SHM_LINES - 1
+ *     broadcasts ahead of its slowest reader.
  *   staged: per chunk, the root stages it and publishes; each other member
  *     copies it out and publishes. The root waits for everyone only before
  *     reusing a buffer, so it runs at most one chunk ahead of the slowest
@@ -21,15 +23,15 @@ gang_status shm_bcast(gang__shm_chan *c, void *buf, size_t bytes, int root) {
   if (c->size == 1 || bytes == 0)
     return GANG_OK;
   bool is_root = c->rank == root;
-  if (bytes <= GANG_SHM_INLINE) {
+  if (bytes <= GANG_SHM_SMALL) {
     uint64_t t = ++c->step;
     if (is_root) {
-      GANG_CHECK(gang__shm_begin(c, t));
-      memcpy(c->ctl[root]->line[t & 1].data, buf, bytes);
+      GANG_CHECK(gang__shm_begin_line(c, t));
+      memcpy(gang__shm_slot(c, root, t, bytes), buf, bytes);
       gang__shm_publish(c, t);
     } else {
       GANG_CHECK(gang__shm_wait(c, root, t));
-      memcpy(buf, c->ctl[root]->line[t & 1].data, bytes);
+      memcpy(buf, gang__shm_slot(c, root, t, bytes), bytes);
       gang__shm_publish(c, t);
     }
     return GANG_OK;

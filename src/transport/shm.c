@@ -28,11 +28,9 @@
 #define ARENA_MAGIC 0x314d4853474e4147ull /* "GANGSHM1" */
 #define ARENA_VERSION 1u
 #define NCHAN 256
-#define CTL_SIZE 4096
+#define CTL_SIZE ((sizeof(gang__shm_ctl) + 4095) / 4096 * 4096)
 #define KEY_FREE 0ull
 #define KEY_CLAIMING 1ull
-
-_Static_assert(sizeof(gang__shm_ctl) <= CTL_SIZE, "control page too small");
 
 typedef struct dir_entry {
   _Alignas(64) _Atomic uint64_t key;
@@ -136,9 +134,12 @@ static inline void cpu_relax(void) {
 
 /* The last step a member published. */
 static uint64_t last_step(gang__shm_ctl *ctl) {
-  uint64_t a = atomic_load(&ctl->line[0].seq),
-           b = atomic_load(&ctl->line[1].seq);
-  return a > b ? a : b;
+  uint64_t last = 0;
+  for (int i = 0; i < GANG_SHM_LINES; i++) {
+    uint64_t v = atomic_load(&ctl->line[i].seq);
+    last = v > last ? v : last;
+  }
+  return last;
 }
 
 static gang_status wait_error(gang__shm_chan *c, gang_status st, int member,
@@ -164,7 +165,8 @@ static void describe_sig(const gang__shm_chan *c, uint64_t sig, char *buf,
 gang_status gang__shm_mismatch(gang__shm_chan *c, int member, uint64_t seq) {
   char mine[128], theirs[128];
   describe_sig(c, c->sig, mine, sizeof mine);
-  describe_sig(c, c->ctl[member]->line[seq & 1].sig, theirs, sizeof theirs);
+  describe_sig(c, c->ctl[member]->line[GANG_SHM_LINE(seq)].sig, theirs,
+               sizeof theirs);
   return gang__error(GANG_MISMATCH,
                      "%s #%" PRIu64 " (gang rank %d/%d, shared memory): ranks "
                      "disagree on the collective: this rank calls %s, gang "
@@ -185,7 +187,7 @@ static gang_status arena_failure(gang__shm_chan *c, int member, uint64_t seq) {
 }
 
 gang_status gang__shm_wait_slow(gang__shm_chan *c, int member, uint64_t seq) {
-  gang__shm_line *f = &c->ctl[member]->line[seq & 1];
+  gang__shm_line *f = &c->ctl[member]->line[GANG_SHM_LINE(seq)];
   gang__shm_wake *w = &c->ctl[member]->wake;
   gang__shm *s = c->arena;
   /* Spin first: a peer on another core answers within a microsecond or
@@ -341,8 +343,11 @@ static size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
 /* Staging bytes per buffer: large enough to amortise a step's
  * synchronisation, small enough that every member's two buffers stay in
- * cache. GANG_SHM_CHUNK overrides. */
-static gang_status choose_chunk(int n, size_t *out) {
+ * cache. With more ranks than CPUs a step costs context switches, not
+ * cache misses: fewer, larger steps win (8 ranks on 2 cores, 256 KiB
+ * all_reduce: 1.6 ms with 32 KiB chunks, 0.4-0.5 ms with 128-512 KiB).
+ * GANG_SHM_CHUNK overrides. */
+static gang_status choose_chunk(int n, bool oversubscribed, size_t *out) {
   int64_t forced = 0;
   GANG_CHECK(gang__setting_int(GANG_SETTING_SHM_CHUNK, &forced));
   size_t c;
@@ -353,6 +358,8 @@ static gang_status choose_chunk(int n, size_t *out) {
         : n <= 4 ? 128 * 1024
         : n <= 8 ? 32 * 1024
                  : 16 * 1024;
+  if (forced <= 0 && oversubscribed)
+    c = 256 * 1024;
   if (c < 4096)
     c = 4096;
   if (c > 64 * 1024 * 1024)
@@ -577,7 +584,7 @@ static gang_status create_local(gang_store *store, int rank, int size,
   s->fabric = fabric;
   s->probe_word = ARENA_MAGIC;
   size_t chunk;
-  GANG_CHECK_GOTO(choose_chunk(n, &chunk), st, done);
+  GANG_CHECK_GOTO(choose_chunk(n, n > cpus_available(), &chunk), st, done);
   /* The leader makes the arena; the others open it. Everyone says whether
    * it worked before anyone relies on it. */
   bool mapped;

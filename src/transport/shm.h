@@ -7,6 +7,10 @@
  * staging buffer of the step's parity, publishes the step number, waits
  * until the members it reads from have published it, then reads.
  *
+ * Steps that write nothing but their line begin with gang__shm_begin_line
+ * instead (the line ring is GANG_SHM_LINES deep), so members may run up to
+ * GANG_SHM_LINES - 1 steps apart, never more: a step's line holds it while
+ * anyone waits for it.
  * Two rules keep the double buffering safe, and every algorithm keeps them:
  *   1. a member writes its buffer of parity t&1 at step t, and publishes
  *      t (which writes the step's signature slot), only once every member
@@ -40,8 +44,18 @@
 
 /* Most ranks of one world on one host that share an arena. */
 #define GANG_SHM_MAX_LOCAL 128
+/* Step lines per member, a ring: step t uses line GANG_SHM_LINE(t). A
+ * step that writes nothing but its line (a barrier, a small broadcast)
+ * may run that many steps minus one ahead of the slowest member, so a
+ * root of small broadcasts is not held to every reader's pace. */
+#define GANG_SHM_LINES 16
+#define GANG_SHM_LINE(t) ((t) & (GANG_SHM_LINES - 1))
 /* Bytes of inline data in a step line. */
 #define GANG_SHM_INLINE 40
+/* Bytes of a small-message slot: each member has one per step line, so a
+ * message up to this size moves with begin_line's slack, like inline
+ * data, at the cost of a second cache line per 64 bytes. */
+#define GANG_SHM_SMALL 1024
 
 typedef struct gang__shm gang__shm;
 
@@ -86,10 +100,11 @@ typedef struct gang__shm_pub {
 /* A member's control page. `offs` holds per-destination byte offsets for
  * all_to_all_v (offs[q+1] - offs[q] bytes go to member q). */
 typedef struct gang__shm_ctl {
-  gang__shm_line line[2];
+  gang__shm_line line[GANG_SHM_LINES];
   gang__shm_wake wake;
   gang__shm_pub pub;
   _Alignas(64) uint64_t offs[GANG_SHM_MAX_LOCAL + 1];
+  _Alignas(64) unsigned char small[GANG_SHM_LINES][GANG_SHM_SMALL];
 } gang__shm_ctl;
 
 /* One gang's view of its channel. */
@@ -157,7 +172,7 @@ void gang__shm_ring(gang__shm_wake *w);
 /* Publishes step `seq` (release) and wakes sleepers. */
 static inline void gang__shm_publish(gang__shm_chan *c, uint64_t seq) {
   gang__shm_ctl *me = c->ctl[c->rank];
-  gang__shm_line *l = &me->line[seq & 1];
+  gang__shm_line *l = &me->line[GANG_SHM_LINE(seq)];
   l->sig = c->sig;
   atomic_store_explicit(&l->seq, seq, memory_order_seq_cst);
   if (atomic_load_explicit(&me->wake.sleepers, memory_order_seq_cst) != 0)
@@ -170,7 +185,7 @@ gang_status gang__shm_mismatch(gang__shm_chan *c, int member, uint64_t seq);
 /* Waits until `member` has published `seq` (acquire). */
 static inline gang_status gang__shm_wait_seq(gang__shm_chan *c, int member,
                                              uint64_t seq) {
-  if (atomic_load_explicit(&c->ctl[member]->line[seq & 1].seq,
+  if (atomic_load_explicit(&c->ctl[member]->line[GANG_SHM_LINE(seq)].seq,
                            memory_order_acquire) >= seq)
     return GANG_OK;
   return gang__shm_wait_slow(c, member, seq);
@@ -181,7 +196,7 @@ static inline gang_status gang__shm_wait_seq(gang__shm_chan *c, int member,
 static inline gang_status gang__shm_wait(gang__shm_chan *c, int member,
                                          uint64_t seq) {
   gang_status st = gang__shm_wait_seq(c, member, seq);
-  if (st == GANG_OK && c->ctl[member]->line[seq & 1].sig != c->sig)
+  if (st == GANG_OK && c->ctl[member]->line[GANG_SHM_LINE(seq)].sig != c->sig)
     return gang__shm_mismatch(c, member, seq);
   return st;
 }
@@ -217,6 +232,33 @@ static inline gang_status gang__shm_begin(gang__shm_chan *c, uint64_t t) {
   }
   c->synced = t - 1;
   return GANG_OK;
+}
+
+/* Starts step t that writes nothing but this member's step line (inline
+ * data, or just the step): a line is reused every GANG_SHM_LINES steps,
+ * so every member must have published t - GANG_SHM_LINES + 1. */
+static inline gang_status gang__shm_begin_line(gang__shm_chan *c, uint64_t t) {
+  uint64_t need = t < GANG_SHM_LINES ? 0 : t - GANG_SHM_LINES + 1;
+  if (c->synced >= need)
+    return GANG_OK;
+  for (int m = 0; m < c->size; m++) {
+    if (m == c->rank)
+      continue;
+    gang_status st = gang__shm_wait_seq(c, m, need);
+    if (st != GANG_OK)
+      return st;
+  }
+  c->synced = need;
+  return GANG_OK;
+}
+
+/* Where member's data of step t lives when `bytes` fits a step line or a
+ * small slot (bytes <= GANG_SHM_SMALL). */
+static inline unsigned char *gang__shm_slot(gang__shm_chan *c, int member,
+                                            uint64_t t, size_t bytes) {
+  gang__shm_ctl *x = c->ctl[member];
+  return bytes <= GANG_SHM_INLINE ? x->line[GANG_SHM_LINE(t)].data
+                                  : x->small[GANG_SHM_LINE(t)];
 }
 
 /* Private scratch of at least `bytes` (kept for the channel's life). */
