@@ -114,23 +114,30 @@ static void world_release(world *w) {
 /* Runs w's collective over the gang's shared-memory channel. False when
  * this collective takes the TCP path instead (every member decides alike:
  * the choice depends only on the call and on what the arena agreed). */
+/* Prepares channel `ch` for w's collective: its name, sequence number and
+ * signature for errors and mismatch checks, and a deadline computed only
+ * if a wait has to sleep. */
+static void chan_start(gang__shm_chan *ch, gang_t *g, const gang_work *w) {
+  const gang__coll *c = &w->coll;
+  bool varying = c->kind == GANG_COLL_ALL_TO_ALL_V;
+  bool reduces =
+      c->kind == GANG_COLL_ALL_REDUCE || c->kind == GANG_COLL_REDUCE_SCATTER;
+  ch->op = gang__coll_name(c->kind);
+  ch->opseq = w->seq;
+  ch->sig = gang__shm_sig((int)c->kind, (int)c->dtype, reduces ? (int)c->op : 0,
+                          c->kind == GANG_COLL_BROADCAST ? c->root : 0,
+                          varying ? 0 : c->count * gang_dtype_size(c->dtype));
+  ch->timeout_ms = g->timeout_ms;
+  ch->deadline = 0;
+}
+
 static bool execute_shm(gang_t *g, gang_work *w, gang_status *st) {
   pg *p = g->impl;
   gang__shm_chan *ch = p->chan;
   const gang__coll *c = &w->coll;
   size_t es = gang_dtype_size(c->dtype);
   size_t bytes = c->count * es;
-  ch->op = gang__coll_name(c->kind);
-  ch->opseq = w->seq;
-  bool varying = c->kind == GANG_COLL_ALL_TO_ALL_V;
-  ch->sig = gang__shm_sig(
-      (int)c->kind, (int)c->dtype,
-      c->kind == GANG_COLL_ALL_REDUCE || c->kind == GANG_COLL_REDUCE_SCATTER
-          ? (int)c->op
-          : 0,
-      c->kind == GANG_COLL_BROADCAST ? c->root : 0, varying ? 0 : bytes);
-  ch->timeout_ms = g->timeout_ms;
-  ch->deadline = 0; /* computed by the first wait that has to sleep */
+  chan_start(ch, g, w);
   switch (c->kind) {
   case GANG_COLL_BARRIER:
     *st = shm_barrier(ch);
@@ -191,13 +198,8 @@ static bool execute_hier(gang_t *g, gang_work *w, gang_status *st) {
   size_t bytes = c->count * gang_dtype_size(c->dtype);
   int64_t deadline = gang__deadline_in_ms(g->timeout_ms);
   if (ch != NULL) {
-    ch->op = gang__coll_name(c->kind);
-    ch->opseq = w->seq;
-    ch->deadline = deadline;
-    ch->sig =
-        gang__shm_sig((int)c->kind, (int)c->dtype,
-                      c->kind == GANG_COLL_ALL_REDUCE ? (int)c->op : 0,
-                      c->kind == GANG_COLL_BROADCAST ? c->root : 0, bytes);
+    chan_start(ch, g, w);
+    ch->deadline = deadline; /* one clock for the local and TCP parts */
   }
   char what[64];
   snprintf(what, sizeof what, "%s #%" PRIu64 " (gang rank %d/%d, hosts)",

@@ -1,24 +1,25 @@
 /* The shared-memory transport: one arena per world per host, in which each
- * gang whose ranks all sit on this host gets a channel. A channel is a
- * control page per member (two step lines, by parity, each with a step
- * counter and a few bytes of inline data, plus published buffer addresses for
- * single-copy) and a double-buffered staging area per member. Collectives over
- * a channel (src/algo/shm_*.c) are sequences of steps: a member writes its
- * staging buffer of the step's parity, publishes the step number, waits
- * until the members it reads from have published it, then reads.
+ * gang whose ranks all sit on this host gets a channel. A channel is, per
+ * member, a control page (a ring of step lines, each with a step counter,
+ * the call's signature and a few bytes of inline data; a small-message
+ * slot per line; buffer addresses published for single copy) and two
+ * staging buffers. Collectives over a channel (src/algo/shm_*.c) are
+ * sequences of steps: a member writes its data for the step, publishes the
+ * step number, waits until the members it reads from have published it,
+ * then reads. Every member publishes exactly once per step, so after the
+ * same sequence of collectives all members agree on the step count without
+ * talking.
  *
- * Steps that write nothing but their line begin with gang__shm_begin_line
- * instead (the line ring is GANG_SHM_LINES deep), so members may run up to
- * GANG_SHM_LINES - 1 steps apart, never more: a step's line holds it while
- * anyone waits for it.
- * Two rules keep the double buffering safe, and every algorithm keeps them:
- *   1. a member writes its buffer of parity t&1 at step t, and publishes
- *      t (which writes the step's signature slot), only once every member
- *      has published step t-1 (gang__shm_begin(t), or having seen a
- *      member publish t that itself began it);
+ * Rules that keep reuse safe, which every algorithm keeps:
+ *   1. a step that writes a staging buffer (parity t&1) or the published
+ *      addresses begins once every member has published t-1
+ *      (gang__shm_begin);
+ *   1'. a step that writes nothing but its line or small slot begins once
+ *      every member has published t - GANG_SHM_LINES + 1
+ *      (gang__shm_begin_line), so small steps need not run in lockstep;
  *   2. a member finishes reading step t's data before it publishes t+1.
- * Every member publishes exactly once per step, so after the same sequence
- * of collectives all members agree on the step count without talking.
+ * So members are never GANG_SHM_LINES or more steps apart, and a step's
+ * line holds that step while anyone waits for it.
  *
  * Waiting spins briefly, then sleeps on a futex in the shared page (so 16
  * ranks on 2 cores progress); while asleep it wakes every few milliseconds
@@ -28,7 +29,7 @@
  *
  * The arena is a memfd made by the host's lowest world rank; the others
  * open it through /proc/<pid>/fd/<n>, so it has no name in any filesystem
- * and nothing is left behind by a crash. */
+ * and nothing is left behind by a crash. docs/shm.md has the whole story. */
 #ifndef GANG_TRANSPORT_SHM_H
 #define GANG_TRANSPORT_SHM_H
 
@@ -59,12 +60,10 @@
 
 typedef struct gang__shm gang__shm;
 
-/* A member's line for the steps of one parity: one cache line. seq is the
- * last step of that parity it published; sig the signature of the
- * collective that step belongs to, so members that disagree on the call
- * fail instead of reading each other's bytes wrongly. No member is ever
- * more than one step ahead of another, so a step's line is stable while
- * anyone waits for it. */
+/* A member's step line: one cache line. seq is the last step it published
+ * on this line; sig the signature of the collective that step belongs to,
+ * so members that disagree on the call fail instead of reading each
+ * other's bytes wrongly. */
 typedef struct gang__shm_line {
   _Alignas(64) _Atomic uint64_t seq;
   uint64_t sig;
@@ -82,7 +81,7 @@ typedef struct gang__shm_wake {
 } gang__shm_wake;
 
 /* A collective's signature: kind, dtype, reduce op, root and bytes (40
- * bits), as gang__shm_sig_describe decodes it for error messages. */
+ * bits), decoded for error messages by gang__shm_mismatch. */
 static inline uint64_t gang__shm_sig(int kind, int dtype, int op, int root,
                                      uint64_t bytes) {
   return (uint64_t)(kind & 31) << 59 | (uint64_t)(dtype & 31) << 54 |
@@ -264,7 +263,7 @@ static inline unsigned char *gang__shm_slot(gang__shm_chan *c, int member,
 /* Private scratch of at least `bytes` (kept for the channel's life). */
 gang_status gang__shm_scratch(gang__shm_chan *c, size_t bytes, void **out);
 
-/* This member's staging buffer of step t's parity, and another's. */
+/* Member's staging buffer of step t's parity. */
 static inline unsigned char *gang__shm_buf(gang__shm_chan *c, int member,
                                            uint64_t t) {
   return c->stage[member] + (t & 1) * c->chunk;
