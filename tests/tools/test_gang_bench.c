@@ -67,8 +67,8 @@ static char *slurp(int fd) {
 
 /* Runs gang-bench with `args` (NULL-terminated) on `size` ranks; returns
  * rank 0's stdout (caller frees). Fails the test unless every rank exits
- * 0 within 30 s. */
-static char *run_bench(int size, const char *const *args) {
+ * 0 within timeout_ms. */
+static char *run_bench_for(int size, const char *const *args, int timeout_ms) {
   gt_store_proc sp = gt_store_proc_start(NULL);
   char *argv[32] = {tool};
   int n = 1;
@@ -80,7 +80,7 @@ static char *run_bench(int size, const char *const *args) {
            run_counter++);
   l.out_fd = memfd_create("bench-out", MFD_CLOEXEC);
   assert_true(l.out_fd >= 0);
-  int rc = gt_run_ranks(size, exec_rank, &l, 30000);
+  int rc = gt_run_ranks(size, exec_rank, &l, timeout_ms);
   char *out = slurp(l.out_fd);
   close(l.out_fd);
   gt_store_proc_stop(&sp);
@@ -89,6 +89,10 @@ static char *run_bench(int size, const char *const *args) {
     fail_msg("gang-bench on %d ranks failed", size);
   }
   return out;
+}
+
+static char *run_bench(int size, const char *const *args) {
+  return run_bench_for(size, args, 30000);
 }
 
 /* ---- A minimal JSON syntax check (RFC 8259 values) ---------------------- */
@@ -426,6 +430,22 @@ static void expect_usage_error(const char *const *args, const char *flag) {
   free(out);
 }
 
+/* 16 ranks on 2 cores: every collective completes every size with correct
+ * results (gang-bench exits 1 on a wrong element), over shared memory whose
+ * waits must sleep rather than spin for the others to run. */
+static void test_16_ranks_oversubscribed(void **state) {
+  (void)state;
+  const char *ops[] = {"all_reduce",     "broadcast",  "all_gather",
+                       "reduce_scatter", "all_to_all", "barrier"};
+  for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+    const char *args[] = {"--op", ops[i], "-b", "8", "-e", "256k", "-f", "32",
+                          "-n",   "2",    "-w", "1", "-c", "1",    NULL};
+    char *out = run_bench_for(16, args, 120000);
+    assert_non_null(strstr(out, "# Out of bounds values : 0 OK"));
+    free(out);
+  }
+}
+
 static void test_bad_flags(void **state) {
   (void)state;
   expect_usage_error((const char *[]){"--frobnicate", NULL}, "--frobnicate");
@@ -456,9 +476,13 @@ static void test_bad_flags(void **state) {
 int main(void) {
   tool = gt_tool_path("gang-bench");
   const struct CMUnitTest tests[] = {
-      GT_TEST(test_bad_flags),     GT_TEST(test_corrupt_result_is_counted),
-      GT_TEST(test_table_2_ranks), GT_TEST(test_table_3_ranks),
-      GT_TEST(test_json),          GT_TEST(test_all_types_and_ops),
+      GT_TEST(test_bad_flags),
+      GT_TEST(test_corrupt_result_is_counted),
+      GT_TEST(test_table_2_ranks),
+      GT_TEST(test_table_3_ranks),
+      GT_TEST(test_json),
+      GT_TEST(test_all_types_and_ops),
+      GT_TEST(test_16_ranks_oversubscribed),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   free(tool);
