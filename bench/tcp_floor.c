@@ -75,9 +75,8 @@ static int pump(int fd, const char *sbuf, size_t out, char *rbuf, size_t in,
         return -1;
     }
     if (!moved && !spin) {
-      struct pollfd p = {fd, (short)((ro < in ? POLLIN : 0) |
-                                     (so < out ? POLLOUT : 0)),
-                         0};
+      struct pollfd p = {
+          fd, (short)((ro < in ? POLLIN : 0) | (so < out ? POLLOUT : 0)), 0};
       poll(&p, 1, 1000);
     }
   }

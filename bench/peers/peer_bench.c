@@ -23,9 +23,9 @@
 #define GUARD 256
 #define GUARD_BYTE 0xa5
 
-static const char *const coll_names[PB_NCOLL] = {
-    "all_reduce", "all_gather", "reduce_scatter",
-    "broadcast",  "all_to_all", "barrier"};
+static const char *const coll_names[PB_NCOLL] = {"all_reduce",     "all_gather",
+                                                 "reduce_scatter", "broadcast",
+                                                 "all_to_all",     "barrier"};
 static const char *const dtype_names[PB_NDTYPE] = {
     "float", "double", "int8", "uint8", "int32", "uint32", "int64", "uint64"};
 static const size_t dtype_sizes[PB_NDTYPE] = {4, 8, 1, 1, 4, 4, 8, 8};
@@ -652,8 +652,8 @@ int pb_run(pb_backend *b, const pb_args *a) {
   int64_t ok = st.send && st.recv && st.stage && st.times && st.sorted;
   int rc = 0;
   if (!ok)
-    fprintf(stderr, "%s rank %d: cannot allocate %zu-byte buffers\n",
-            prog_name, b->rank, cap);
+    fprintf(stderr, "%s rank %d: cannot allocate %zu-byte buffers\n", prog_name,
+            b->rank, cap);
   /* Every rank learns whether all have their buffers: none is left
    * waiting for one that gave up. */
   if (b->min_i64(b->ctx, &ok, 1) != 0 || !ok)
@@ -664,8 +664,8 @@ int pb_run(pb_backend *b, const pb_args *a) {
            prog_name, pb_coll_name(a->coll), b->library, b->size);
     printf("# %10s  %12s  %8s  %6s  %6s  %8s  %6s  %6s  %6s  %8s  %6s  %6s  "
            "%6s\n",
-           "size", "count", "type", "redop", "root", "oop-us", "algbw",
-           "busbw", "#wrong", "inp-us", "algbw", "busbw", "#wrong");
+           "size", "count", "type", "redop", "root", "oop-us", "algbw", "busbw",
+           "#wrong", "inp-us", "algbw", "busbw", "#wrong");
   }
   if (rc == 0)
     rc = run_rows(&st);

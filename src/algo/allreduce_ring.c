@@ -153,11 +153,16 @@ gang_status algo_allreduce_ring(algo_ctx *a, void *buf, size_t count,
   int p = a->size;
   if (p == 1)
     return GANG_OK;
-  ring g = {.a = a, .buf = buf, .count = count, .es = gang_dtype_size(dt),
-            .p = p, .r = a->rank, .rs_steps = p - 1};
+  ring g = {.a = a,
+            .buf = buf,
+            .count = count,
+            .es = gang_dtype_size(dt),
+            .p = p,
+            .r = a->rank,
+            .rs_steps = p - 1};
   size_t maxblk = (count + (size_t)p - 1) / (size_t)p; /* elements */
   size_t chunk = maxblk * g.es;
-  chunk = chunk < RING_CHUNK_MIN ? RING_CHUNK_MIN
+  chunk = chunk < RING_CHUNK_MIN   ? RING_CHUNK_MIN
           : chunk > RING_CHUNK_MAX ? RING_CHUNK_MAX
                                    : chunk;
   g.nch = (int)((maxblk * g.es + chunk - 1) / chunk);

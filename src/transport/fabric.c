@@ -106,9 +106,9 @@ struct gang__fabric {
    * sleepers). */
   void (*fail_hook)(void *arg, gang_status st, const char *reason);
   void *fail_arg;
-  int64_t spin_ns;  /* GANG_TCP_SPIN_US */
-  int sockbuf;      /* GANG_SOCKET_BUFFER, 0: the kernel's */
-  uint64_t moved;   /* syscalls that moved bytes, for the spin */
+  int64_t spin_ns; /* GANG_TCP_SPIN_US */
+  int sockbuf;     /* GANG_SOCKET_BUFFER, 0: the kernel's */
+  uint64_t moved;  /* syscalls that moved bytes, for the spin */
 };
 
 int gang__fabric_rank(const gang__fabric *f) { return f->rank; }

@@ -70,15 +70,15 @@ gang_status gang__ifname_addr(const char *spec, const char *prefer, char *out,
         !addr_text(i->ifa_addr, text, sizeof text))
       continue;
     /* For the error: each interface name once. */
-    if (strstr(seen, i->ifa_name) == NULL && so + strlen(i->ifa_name) + 3 <
-                                                 sizeof seen)
+    if (strstr(seen, i->ifa_name) == NULL &&
+        so + strlen(i->ifa_name) + 3 < sizeof seen)
       so += (size_t)snprintf(seen + so, sizeof seen - so, "%s%s",
                              so ? ", " : "", i->ifa_name);
     if (!gang__ifname_match(spec, i->ifa_name))
       continue;
     int rank = prefer != NULL && strcmp(prefer, text) == 0 ? 0
-               : i->ifa_addr->sa_family == AF_INET     ? 1
-                                                       : 2;
+               : i->ifa_addr->sa_family == AF_INET         ? 1
+                                                           : 2;
     if (rank < best_rank) {
       best = i;
       best_rank = rank;

@@ -61,12 +61,12 @@ static void test_addr(void **state) {
   assert_string_equal(ifn, "lo");
   assert_string_equal(addr, "127.0.0.1");
   /* A preferred address on a selected interface wins. */
-  assert_gang_ok(gang__ifname_addr("lo", "127.0.0.1", addr, sizeof addr, NULL,
-                                   0));
+  assert_gang_ok(
+      gang__ifname_addr("lo", "127.0.0.1", addr, sizeof addr, NULL, 0));
   assert_string_equal(addr, "127.0.0.1");
-  assert_int_equal(gang__ifname_addr("=no-such-if0", NULL, addr, sizeof addr,
-                                     NULL, 0),
-                   GANG_INVALID_ARGUMENT);
+  assert_int_equal(
+      gang__ifname_addr("=no-such-if0", NULL, addr, sizeof addr, NULL, 0),
+      GANG_INVALID_ARGUMENT);
   const char *e = gang_last_error();
   if (strstr(e, "GANG_SOCKET_IFNAME") == NULL ||
       strstr(e, "no-such-if0") == NULL || strstr(e, "lo") == NULL)
