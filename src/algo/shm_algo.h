@@ -17,8 +17,10 @@
 #define GANG_ALGO_SHM_ALGO_H
 
 #include <stddef.h>
+#include <string.h>
 
 #include "core/error.h"
+#include "core/reduce.h"
 #include "gang/types.h"
 #include "transport/shm.h"
 
@@ -50,6 +52,23 @@ gang_status shm_barrier(gang__shm_chan *c);
 static inline size_t shm_part(const gang__shm_chan *c, size_t es) {
   size_t p = c->chunk / (size_t)c->size / es * es;
   return p ? p : es;
+}
+
+/* dst = s[0] op s[1] op ... op s[n-1], in rank order, count elements
+ * (so every member that reduces the same data gets the same bits). dst
+ * may be s[0] or s[1] (not a later one: it is written before those are
+ * read); with one member it is a copy. */
+static inline void shm_reduce_members(void *dst, unsigned char *const *s, int n,
+                                      size_t count, gang_dtype dt,
+                                      gang_reduce_op op) {
+  if (n == 1) {
+    if (dst != s[0])
+      memcpy(dst, s[0], count * gang_dtype_size(dt));
+    return;
+  }
+  gang__reduce3(dst, s[0], s[1], count, dt, op);
+  for (int j = 2; j < n; j++)
+    gang__reduce(dst, s[j], count, dt, op);
 }
 
 #endif

@@ -32,19 +32,6 @@
 /* Bytes per member pulled at once by single copy (cache-sized). */
 #define SHM_CMA_PIECE (64 * 1024)
 
-/* dst = s[0] op s[1] op ... op s[n-1], in that order. */
-static void reduce_all(void *dst, unsigned char *const *s, size_t off, int n,
-                       size_t count, gang_dtype dt, gang_reduce_op op) {
-  if (n == 1) {
-    if (dst != s[0] + off)
-      memcpy(dst, s[0] + off, count * gang_dtype_size(dt));
-    return;
-  }
-  gang__reduce3(dst, s[0] + off, s[1] + off, count, dt, op);
-  for (int j = 2; j < n; j++)
-    gang__reduce(dst, s[j] + off, count, dt, op);
-}
-
 static gang_status small_allreduce(gang__shm_chan *c, void *buf, size_t count,
                                    gang_dtype dt, gang_reduce_op op) {
   size_t bytes = count * gang_dtype_size(dt);
@@ -75,7 +62,7 @@ static gang_status allread(gang__shm_chan *c, unsigned char *buf, size_t count,
     GANG_CHECK(gang__shm_wait_all(c, t));
     for (int j = 0; j < c->size; j++)
       src[j] = gang__shm_buf(c, j, t);
-    reduce_all(buf + done * es, src, 0, c->size, n, dt, op);
+    shm_reduce_members(buf + done * es, src, c->size, n, dt, op);
   }
   return GANG_OK;
 }
@@ -113,8 +100,8 @@ static gang_status rsag(gang__shm_chan *c, unsigned char *buf, size_t count,
     GANG_CHECK(gang__shm_wait_all(c, t));
     block(n, p, me, &off, &len);
     for (int j = 0; j < p; j++)
-      src[j] = j == me && me < 2 ? chunk : gang__shm_buf(c, j, t);
-    reduce_all(chunk + off * es, src, off * es, p, len, dt, op);
+      src[j] = (j == me && me < 2 ? chunk : gang__shm_buf(c, j, t)) + off * es;
+    shm_reduce_members(chunk + off * es, src, p, len, dt, op);
     /* Step t+1: stage the reduced block (everyone published t, so the
      * other parity is free). */
     uint64_t t2 = ++c->step;
@@ -166,7 +153,7 @@ static gang_status single_copy(gang__shm_chan *c, unsigned char *buf,
       GANG_CHECK(
           gang__shm_read_remote(c, j, src[j], c->ctl[j]->pub.in + at, n * es));
     }
-    reduce_all(buf + at, src, 0, p, n, dt, op);
+    shm_reduce_members(buf + at, src, p, n, dt, op);
   }
   /* Everyone's block is reduced: pull theirs. */
   uint64_t t2 = ++c->step;

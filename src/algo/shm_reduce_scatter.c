@@ -16,17 +16,6 @@
 #define SHM_RS_CMA_MIN (256 * 1024)
 #define SHM_RS_PIECE (64 * 1024)
 
-static void reduce_all(void *dst, unsigned char *const *s, int n, size_t count,
-                       gang_dtype dt, gang_reduce_op op) {
-  if (n == 1) {
-    memcpy(dst, s[0], count * gang_dtype_size(dt));
-    return;
-  }
-  gang__reduce3(dst, s[0], s[1], count, dt, op);
-  for (int j = 2; j < n; j++)
-    gang__reduce(dst, s[j], count, dt, op);
-}
-
 gang_status shm_reduce_scatter(gang__shm_chan *c, void *out, const void *in,
                                size_t count, gang_dtype dt, gang_reduce_op op) {
   size_t es = gang_dtype_size(dt);
@@ -67,7 +56,7 @@ gang_status shm_reduce_scatter(gang__shm_chan *c, void *out, const void *in,
         GANG_CHECK(gang__shm_read_remote(c, j, from[j], c->ctl[j]->pub.in + at,
                                          n * es));
       }
-      reduce_all(dst + done * es, from, p, n, dt, op);
+      shm_reduce_members(dst + done * es, from, p, n, dt, op);
     }
     uint64_t t2 = ++c->step;
     gang__shm_publish(c, t2);
@@ -85,7 +74,7 @@ gang_status shm_reduce_scatter(gang__shm_chan *c, void *out, const void *in,
     GANG_CHECK(gang__shm_wait_all(c, t));
     for (int j = 0; j < p; j++)
       from[j] = gang__shm_buf(c, j, t) + (size_t)me * part;
-    reduce_all(dst + done, from, p, n / es, dt, op);
+    shm_reduce_members(dst + done, from, p, n / es, dt, op);
   }
   return GANG_OK;
 }

@@ -144,8 +144,6 @@ static bool execute_shm(gang_t *g, gang_work *w, gang_status *st) {
     return true;
   case GANG_COLL_ALL_REDUCE:
     *st = shm_allreduce(ch, c->out, c->count, c->dtype, c->op);
-    if (*st == GANG_OK && c->op == GANG_MEAN)
-      gang__reduce_mean_finish(c->out, c->count, c->dtype, g->size);
     return true;
   case GANG_COLL_BROADCAST:
     *st = shm_bcast(ch, c->out, bytes, c->root);
@@ -165,8 +163,6 @@ static bool execute_shm(gang_t *g, gang_work *w, gang_status *st) {
   }
   case GANG_COLL_REDUCE_SCATTER:
     *st = shm_reduce_scatter(ch, c->out, c->in, c->count, c->dtype, c->op);
-    if (*st == GANG_OK && c->op == GANG_MEAN)
-      gang__reduce_mean_finish(c->out, c->count, c->dtype, g->size);
     return true;
   case GANG_COLL_ALL_TO_ALL:
     *st = shm_alltoall(ch, c->out, c->in, bytes);
@@ -237,8 +233,6 @@ static bool execute_hier(gang_t *g, gang_work *w, gang_status *st) {
     }
     if (*st == GANG_OK && ch != NULL)
       *st = shm_bcast(ch, c->out, bytes, 0);
-    if (*st == GANG_OK && c->op == GANG_MEAN)
-      gang__reduce_mean_finish(c->out, c->count, c->dtype, g->size);
     return true;
   case GANG_COLL_BROADCAST: {
     int root_host = h->host_of[c->root];
@@ -292,8 +286,6 @@ static gang_status execute(gang_t *g, gang_work *w) {
       st = algo_allreduce_rd(&a, c->out, c->count, c->dtype, c->op);
     else
       st = algo_allreduce_ring(&a, c->out, c->count, c->dtype, c->op);
-    if (st == GANG_OK && c->op == GANG_MEAN)
-      gang__reduce_mean_finish(c->out, c->count, c->dtype, g->size);
     return st;
   case GANG_COLL_BROADCAST:
     return algo_bcast_binomial(&a, c->out, bytes, c->root);
@@ -331,8 +323,6 @@ static gang_status execute(gang_t *g, gang_work *w) {
         algo_reduce_scatter_ring_inplace(&a, stage, total, c->dtype, c->op, 0));
     if (bytes)
       memcpy(c->out, (char *)stage + (size_t)g->rank * bytes, bytes);
-    if (c->op == GANG_MEAN)
-      gang__reduce_mean_finish(c->out, c->count, c->dtype, g->size);
     return GANG_OK;
   }
   case GANG_COLL_ALL_TO_ALL:
@@ -416,7 +406,12 @@ done:
  * failure. Called without p->mu. */
 static void run_one(gang_t *g, gang_work *w) {
   pg *p = g->impl;
+  const gang__coll *c = &w->coll;
   gang_status st = execute(g, w);
+  /* Every path reduces MEAN as a SUM; the division happens once, here. */
+  if (st == GANG_OK && c->op == GANG_MEAN &&
+      (c->kind == GANG_COLL_ALL_REDUCE || c->kind == GANG_COLL_REDUCE_SCATTER))
+    gang__reduce_mean_finish(c->out, c->count, c->dtype, g->size);
   if (st == GANG_TIMEOUT)
     diagnose_timeout(g, w);
   /* A failure found before any byte moved (a bad split, no memory) must

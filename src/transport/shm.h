@@ -216,39 +216,35 @@ static inline gang_status gang__shm_wait_all(gang__shm_chan *c, uint64_t seq) {
   return GANG_OK;
 }
 
-/* Starts step t: returns once this member may write its buffers of t's
- * parity (rule 1: every member has published t-1, which may be a step of
- * the previous collective, so no signature check). */
-static inline gang_status gang__shm_begin(gang__shm_chan *c, uint64_t t) {
-  if (c->synced >= t - 1)
+/* Waits until every member has published `seq`, whatever collective it
+ * belongs to (no signature check). */
+static inline gang_status gang__shm_reach_all(gang__shm_chan *c, uint64_t seq) {
+  if (c->synced >= seq)
     return GANG_OK;
   for (int m = 0; m < c->size; m++) {
     if (m == c->rank)
       continue;
-    gang_status st = gang__shm_wait_seq(c, m, t - 1);
+    gang_status st = gang__shm_wait_seq(c, m, seq);
     if (st != GANG_OK)
       return st;
   }
-  c->synced = t - 1;
+  c->synced = seq;
   return GANG_OK;
 }
 
-/* Starts step t that writes nothing but this member's step line (inline
- * data, or just the step): a line is reused every GANG_SHM_LINES steps,
- * so every member must have published t - GANG_SHM_LINES + 1. */
+/* Starts step t: returns once this member may write its buffers of t's
+ * parity (rule 1: every member has published t-1, which may be a step of
+ * the previous collective). */
+static inline gang_status gang__shm_begin(gang__shm_chan *c, uint64_t t) {
+  return gang__shm_reach_all(c, t - 1);
+}
+
+/* Starts step t that writes nothing but this member's step line or small
+ * slot: those are reused every GANG_SHM_LINES steps, so every member must
+ * have published t - GANG_SHM_LINES + 1. */
 static inline gang_status gang__shm_begin_line(gang__shm_chan *c, uint64_t t) {
-  uint64_t need = t < GANG_SHM_LINES ? 0 : t - GANG_SHM_LINES + 1;
-  if (c->synced >= need)
-    return GANG_OK;
-  for (int m = 0; m < c->size; m++) {
-    if (m == c->rank)
-      continue;
-    gang_status st = gang__shm_wait_seq(c, m, need);
-    if (st != GANG_OK)
-      return st;
-  }
-  c->synced = need;
-  return GANG_OK;
+  return gang__shm_reach_all(c,
+                             t < GANG_SHM_LINES ? 0 : t - GANG_SHM_LINES + 1);
 }
 
 /* Where member's data of step t lives when `bytes` fits a step line or a
