@@ -180,6 +180,36 @@ static bool execute_shm(gang_t *g, gang_work *w, gang_status *st) {
   return false;
 }
 
+/* The algorithms' view of w's collective over the fabric ranks
+ * world[0..size), in which this rank is `rank`. */
+static algo_ctx tcp_ctx(pg *p, const gang_work *w, int rank, int size,
+                        const int *world, uint64_t ctx, int64_t deadline,
+                        const char *what) {
+  return (algo_ctx){
+      .f = p->w->fabric,
+      .rank = rank,
+      .size = size,
+      .world = world,
+      .ctx = ctx,
+      .seq = w->seq,
+      .deadline = deadline,
+      .what = what,
+      .scratch = &p->scratch[0],
+      .scratch_cap = &p->scratch_cap[0],
+  };
+}
+
+/* all_reduce over TCP: recursive doubling for small messages (or fewer
+ * elements than ranks), the ring above, unless GANG_ALGO forced one. */
+static gang_status tcp_allreduce(algo_ctx *a, const gang__coll *c,
+                                 ar_algo choice) {
+  size_t bytes = c->count * gang_dtype_size(c->dtype);
+  if (choice == AR_RD || (choice == AR_AUTO && (bytes <= ALLREDUCE_RD_MAX ||
+                                                c->count < (size_t)a->size)))
+    return algo_allreduce_rd(a, c->out, c->count, c->dtype, c->op);
+  return algo_allreduce_ring(a, c->out, c->count, c->dtype, c->op);
+}
+
 /* all_reduce, broadcast or barrier of a gang over several hosts: inside
  * each host over shared memory, between hosts among the leaders over TCP.
  * False for the other collectives (they run flat over TCP). */
@@ -200,18 +230,8 @@ static bool execute_hier(gang_t *g, gang_work *w, gang_status *st) {
   char what[64];
   snprintf(what, sizeof what, "%s #%" PRIu64 " (gang rank %d/%d, hosts)",
            gang__coll_name(c->kind), w->seq, g->rank, g->size);
-  algo_ctx a = {
-      .f = p->w->fabric,
-      .rank = h->my_host,
-      .size = h->nhosts,
-      .world = h->leaders,
-      .ctx = h->ctx,
-      .seq = w->seq,
-      .deadline = deadline,
-      .what = what,
-      .scratch = &p->scratch[0],
-      .scratch_cap = &p->scratch_cap[0],
-  };
+  algo_ctx a =
+      tcp_ctx(p, w, h->my_host, h->nhosts, h->leaders, h->ctx, deadline, what);
   *st = GANG_OK;
   switch (c->kind) {
   case GANG_COLL_BARRIER:
@@ -225,12 +245,8 @@ static bool execute_hier(gang_t *g, gang_work *w, gang_status *st) {
   case GANG_COLL_ALL_REDUCE:
     if (ch != NULL)
       *st = shm_allreduce(ch, c->out, c->count, c->dtype, c->op);
-    if (*st == GANG_OK && h->leader) {
-      if (bytes <= ALLREDUCE_RD_MAX || c->count < (size_t)h->nhosts)
-        *st = algo_allreduce_rd(&a, c->out, c->count, c->dtype, c->op);
-      else
-        *st = algo_allreduce_ring(&a, c->out, c->count, c->dtype, c->op);
-    }
+    if (*st == GANG_OK && h->leader)
+      *st = tcp_allreduce(&a, c, AR_AUTO);
     if (*st == GANG_OK && ch != NULL)
       *st = shm_bcast(ch, c->out, bytes, 0);
     return true;
@@ -261,32 +277,15 @@ static gang_status execute(gang_t *g, gang_work *w) {
   char what[64];
   snprintf(what, sizeof what, "%s #%" PRIu64 " (gang rank %d/%d)",
            gang__coll_name(c->kind), w->seq, g->rank, g->size);
-  algo_ctx a = {
-      .f = p->w->fabric,
-      .rank = g->rank,
-      .size = g->size,
-      .world = p->map,
-      .ctx = p->ctx,
-      .seq = w->seq,
-      .deadline = gang__deadline_in_ms(g->timeout_ms),
-      .what = what,
-      .scratch = &p->scratch[0],
-      .scratch_cap = &p->scratch_cap[0],
-  };
+  algo_ctx a = tcp_ctx(p, w, g->rank, g->size, p->map, p->ctx,
+                       gang__deadline_in_ms(g->timeout_ms), what);
   size_t es = gang_dtype_size(c->dtype);
   size_t bytes = c->count * es;
-  gang_status st = GANG_OK;
   switch (c->kind) {
   case GANG_COLL_BARRIER:
     return algo_barrier_dissemination(&a);
   case GANG_COLL_ALL_REDUCE:
-    if (p->w->allreduce == AR_RD ||
-        (p->w->allreduce == AR_AUTO &&
-         (bytes <= ALLREDUCE_RD_MAX || c->count < (size_t)g->size)))
-      st = algo_allreduce_rd(&a, c->out, c->count, c->dtype, c->op);
-    else
-      st = algo_allreduce_ring(&a, c->out, c->count, c->dtype, c->op);
-    return st;
+    return tcp_allreduce(&a, c, p->w->allreduce);
   case GANG_COLL_BROADCAST:
     return algo_bcast_binomial(&a, c->out, bytes, c->root);
   case GANG_COLL_ALL_GATHER: {
