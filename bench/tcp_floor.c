@@ -7,7 +7,9 @@
  *   tcp_floor duplex [bytes] [iters]     both directions at once (what a
  *                                        2-rank all_reduce does); sleeps in
  *                                        poll when stuck unless
- *                                        TCP_FLOOR_SPIN is set
+ *                                        TCP_FLOOR_SPIN is set; with
+ *                                        TCP_FLOOR_PIECE=n, as exchanges of
+ *                                        at most n bytes in turn
  *
  * Socket buffers are left to the kernel unless TCP_FLOOR_BUF is set (bytes
  * for SO_SNDBUF and SO_RCVBUF). Prints the median over `iters`. */
@@ -124,7 +126,18 @@ int main(int argc, char **argv) {
                   : pump(fd, NULL, 0, rbuf, bytes, sp) ||
                         pump(fd, sbuf, bytes, NULL, 0, sp);
     } else if (duplex) {
-      rc = pump(fd, sbuf, bytes, rbuf, bytes, spin);
+      /* TCP_FLOOR_PIECE: the same bytes as exchanges of at most that many
+       * bytes, one after the other (each waits for the other side's). */
+      size_t piece = getenv("TCP_FLOOR_PIECE")
+                         ? strtoull(getenv("TCP_FLOOR_PIECE"), NULL, 0)
+                         : 0;
+      if (piece == 0 || piece > bytes)
+        piece = bytes;
+      rc = 0;
+      for (size_t o = 0; o < bytes && rc == 0; o += piece) {
+        size_t n = bytes - o < piece ? bytes - o : piece;
+        rc = pump(fd, sbuf + o, n, rbuf + o, n, spin);
+      }
     } else {
       rc = leader ? pump(fd, sbuf, bytes, NULL, 0, 0)
                   : pump(fd, NULL, 0, rbuf, bytes, 0);

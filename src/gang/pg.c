@@ -40,7 +40,9 @@
 #include "transport/ifname.h"
 
 #define P2P_CTX_BIT (1ull << 63)
-/* Up to this many bytes all_reduce uses recursive doubling. */
+/* Up to this many bytes all_reduce uses recursive doubling; between two
+ * ranks always (it moves the same bytes as the ring in one exchange, which
+ * the fabric paces: docs/algorithms.md). */
 #define ALLREDUCE_RD_MAX (64 * 1024)
 
 /* Algorithm choices that GANG_ALGO can force. */
@@ -204,8 +206,9 @@ static algo_ctx tcp_ctx(pg *p, const gang_work *w, int rank, int size,
 static gang_status tcp_allreduce(algo_ctx *a, const gang__coll *c,
                                  ar_algo choice) {
   size_t bytes = c->count * gang_dtype_size(c->dtype);
-  if (choice == AR_RD || (choice == AR_AUTO && (bytes <= ALLREDUCE_RD_MAX ||
-                                                c->count < (size_t)a->size)))
+  if (choice == AR_RD ||
+      (choice == AR_AUTO && (bytes <= ALLREDUCE_RD_MAX || a->size == 2 ||
+                             c->count < (size_t)a->size)))
     return algo_allreduce_rd(a, c->out, c->count, c->dtype, c->op);
   return algo_allreduce_ring(a, c->out, c->count, c->dtype, c->op);
 }

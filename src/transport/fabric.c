@@ -107,6 +107,7 @@ struct gang__fabric {
   void (*fail_hook)(void *arg, gang_status st, const char *reason);
   void *fail_arg;
   int64_t spin_ns; /* GANG_TCP_SPIN_US */
+  size_t piece;    /* GANG_TCP_PIECE, 0: sends are never paced */
   int sockbuf;     /* GANG_SOCKET_BUFFER, 0: the kernel's */
   uint64_t moved;  /* syscalls that moved bytes, for the spin */
 };
@@ -242,6 +243,40 @@ static void encode_header(uint8_t *h, uint32_t kind, uint32_t tag, uint64_t ctx,
 static void left_before(gang__fabric *f, conn *c);
 
 /* Writes queued sends until the socket is full. Under f->mu. */
+/* Payload bytes that have arrived for receive x. */
+static size_t arrived(gang__fabric *f, const gang__xfer *x) {
+  if (x->done)
+    return x->len;
+  conn *c = &f->conns[x->peer];
+  if (c->rx == x)
+    return c->rgot;
+  for (umsg *u = c->uq_head; u; u = u->next)
+    if (u->waiting == x)
+      return u->got;
+  return 0;
+}
+
+/* How far into its frame (header included) send x, the head of its
+ * connection's queue, may go now: to the end, or, when paced, one piece
+ * beyond the pieces of its receive that have fully arrived.
+ *
+ * Why pacing cannot deadlock: a send with another queued behind it is not
+ * paced (else two gangs' exchanges over one pair of ranks, started in
+ * opposite orders, each wait behind the other's paced send: the test
+ * test_paced_exchanges_of_two_gangs). So a paced send waits only for the
+ * head send of the peer's connection, and in a cycle of such sends each
+ * may always go one piece beyond what its predecessor sent. */
+static size_t send_limit(gang__fabric *f, const gang__xfer *x) {
+  size_t end = HDR + x->len;
+  if (x->pace == NULL || f->piece == 0 || x->next != NULL)
+    return end;
+  size_t got = arrived(f, x->pace);
+  if (got >= x->pace->len)
+    return end;
+  size_t lim = HDR + (got / f->piece + 1) * f->piece;
+  return lim < end ? lim : end;
+}
+
 static void push_sends(gang__fabric *f, conn *c) {
   if (c->sq_head != NULL && c->bye && c->sq_head->off == 0) {
     /* Its goodbye was read (maybe before its end of stream): a frame
@@ -251,6 +286,9 @@ static void push_sends(gang__fabric *f, conn *c) {
   }
   while (c->sq_head != NULL && !c->dead) {
     gang__xfer *x = c->sq_head;
+    size_t lim = send_limit(f, x);
+    if (x->off >= lim)
+      return; /* paced: waits for the peer's next piece */
     if (x->off == 0)
       encode_header(c->shdr, FRAME_DATA, x->tag, x->ctx, x->seq, x->len);
     struct iovec iov[2];
@@ -258,8 +296,8 @@ static void push_sends(gang__fabric *f, conn *c) {
     if (x->off < HDR)
       iov[n++] = (struct iovec){c->shdr + x->off, HDR - x->off};
     size_t poff = x->off > HDR ? x->off - HDR : 0;
-    if (x->len > poff)
-      iov[n++] = (struct iovec){(uint8_t *)x->buf + poff, x->len - poff};
+    if (lim - HDR > poff)
+      iov[n++] = (struct iovec){(uint8_t *)x->buf + poff, lim - HDR - poff};
     struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
     ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (w < 0) {
@@ -274,8 +312,10 @@ static void push_sends(gang__fabric *f, conn *c) {
     }
     x->off += (size_t)w;
     f->moved++;
-    if (x->off < HDR + x->len)
+    if (x->off < lim)
       return; /* socket full */
+    if (x->off < HDR + x->len)
+      continue; /* paced: the limit may have moved on since */
     c->sq_head = x->next;
     if (c->sq_head == NULL)
       c->sq_tail = NULL;
@@ -645,11 +685,22 @@ static void progress(gang__fabric *f) {
   for (int p = 0; p < f->size && f->failed == GANG_OK; p++) {
     if (p == f->rank || f->conns[p].dead)
       continue;
+    conn *c = &f->conns[p];
     /* Read first: a goodbye waiting in the socket must fail a send to that
-     * peer instead of letting it vanish into a closing connection. */
-    pull(f, &f->conns[p]);
-    if (f->failed == GANG_OK)
-      push_sends(f, &f->conns[p]);
+     * peer instead of letting it vanish into a closing connection. Unless
+     * a receive from the same peer is waiting too (an exchange): a goodbye
+     * fails that receive, so the send can go first and not wait behind a
+     * read that finds nothing, a syscall on the exchange's critical path
+     * (measured: 10.2 -> 9.0 µs per 8-byte all_reduce over TCP). */
+    if (c->sq_head != NULL && (c->posted_head != NULL || c->rx != NULL)) {
+      push_sends(f, c);
+      if (f->failed == GANG_OK)
+        pull(f, c);
+    } else {
+      pull(f, c);
+      if (f->failed == GANG_OK)
+        push_sends(f, c);
+    }
   }
 }
 
@@ -671,8 +722,13 @@ static void sleep_in_poll(gang__fabric *f, int64_t deadline) {
     /* A stalled connection has data we do not want yet: watch it only for
      * the peer hanging up. */
     short in = stalled(c) ? POLLRDHUP : POLLIN;
-    fds[n++] =
-        (struct pollfd){c->fd, (short)(in | (c->sq_head ? POLLOUT : 0)), 0};
+    fds[n++] = (struct pollfd){
+        c->fd,
+        (short)(in | (c->sq_head != NULL &&
+                              c->sq_head->off < send_limit(f, c->sq_head)
+                          ? POLLOUT
+                          : 0)),
+        0};
   }
   int ms = gang__deadline_poll_ms(deadline);
   if (ms < 0 || ms > 1000)
@@ -1103,9 +1159,17 @@ gang_status gang__fabric_create(const gang__fabric_config *cfg,
       goto fail;
     }
   }
-  int64_t spin_us = 0, sockbuf = 0;
+  int64_t spin_us = 0, sockbuf = 0, piece = 0;
   GANG_CHECK_GOTO(gang__setting_int(GANG_SETTING_TCP_SPIN_US, &spin_us), st,
                   fail);
+  GANG_CHECK_GOTO(gang__setting_int(GANG_SETTING_TCP_PIECE, &piece), st, fail);
+  if (piece < 0 || piece > (int64_t)1 << 40) {
+    st = gang__error(GANG_INVALID_ARGUMENT,
+                     "GANG_TCP_PIECE must be in [0, 2^40] bytes, not %lld",
+                     (long long)piece);
+    goto fail;
+  }
+  f->piece = (size_t)piece;
   GANG_CHECK_GOTO(gang__setting_int(GANG_SETTING_SOCKET_BUFFER, &sockbuf), st,
                   fail);
   if (spin_us < 0 || spin_us > 1000000 || sockbuf < 0 || sockbuf > INT32_MAX) {

@@ -52,6 +52,12 @@ typedef struct gang__xfer {
   uint64_t seq;
   void *buf;  /* send: the data (not modified); recv: the destination */
   size_t len; /* exact: a message of another length is a mismatch */
+  /* send, optional: a receive started with it (the other half of an
+   * exchange). The send then runs at most one piece (GANG_TCP_PIECE) ahead
+   * of what has arrived for that receive, so the two directions move in
+   * lockstep instead of streaming freely: on loopback this measured 2-3x
+   * faster for large exchanges (docs/performance.md). */
+  const struct gang__xfer *pace;
 
   struct gang__xfer *next; /* engine: queue link */
   size_t off;              /* engine: bytes moved */

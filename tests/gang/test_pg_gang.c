@@ -10,7 +10,9 @@
  *   nocma  shared memory staged only, with 4 KiB staging buffers, so
  *          every size runs many double-buffered steps;
  *   tcp    GANG_SHM_DISABLE=1: every byte over TCP (and each forced
- *          all_reduce algorithm);
+ *          all_reduce algorithm), exchanges paced in pieces of 3000 bytes
+ *          (GANG_TCP_PIECE), so large messages move in many pieces that
+ *          split elements;
  *   mixed  GANG_HOST_ID makes even and odd ranks two hosts: the world and
  *          the reversed gang go over TCP, the odd/even halves over shm. */
 #include <math.h>
@@ -463,9 +465,10 @@ static void test_matrix(void **state) {
 int main(int argc, char **argv) {
   if (argc > 1)
     g_mode = argv[1];
-  if (strcmp(g_mode, "tcp") == 0)
+  if (strcmp(g_mode, "tcp") == 0) {
     setenv("GANG_SHM_DISABLE", "1", 1);
-  else if (strcmp(g_mode, "nocma") == 0) {
+    setenv("GANG_TCP_PIECE", "3000", 1);
+  } else if (strcmp(g_mode, "nocma") == 0) {
     setenv("GANG_SHM_CMA", "0", 1);
     setenv("GANG_SHM_CHUNK", "4k", 1);
   } else if (strcmp(g_mode, "shm") != 0 && strcmp(g_mode, "mixed") != 0) {

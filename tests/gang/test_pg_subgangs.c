@@ -2,7 +2,9 @@
  * socket, and collectives on different gangs run concurrently from
  * different threads (each thread may end up driving the other's I/O). */
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "harness/harness.h"
 
@@ -91,7 +93,79 @@ static void test_subgangs_share_connections(void **state) {
   gt_store_proc_stop(&srv);
 }
 
+/* Exchanges over TCP run in lockstep pieces (GANG_TCP_PIECE): a send waits
+ * for the peer's data. Two gangs over the same pair of ranks, driven by two
+ * threads that start in opposite orders on the two ranks, must not wait for
+ * each other through the shared connection (each one's send queued behind
+ * the other's paced send). */
+static void *big_reduce_loop(void *arg) {
+  job *j = arg;
+  int n = gang_size(j->g), r = gang_rank(j->g);
+  size_t count = 256 * 1024; /* 1 MiB of float: many pieces */
+  float *v = malloc(count * sizeof *v);
+  if (v == NULL) {
+    j->failed = 1;
+    return NULL;
+  }
+  for (int it = 0; it < j->iters && !j->failed; it++) {
+    for (size_t i = 0; i < count; i++)
+      v[i] = (float)(r + 1) * (float)(i % 7 + it);
+    if (gang_all_reduce(j->g, v, count, GANG_FLOAT32, GANG_SUM) != GANG_OK) {
+      fprintf(stderr, "all_reduce: %s\n", gang_last_error());
+      j->failed = 1;
+      break;
+    }
+    for (size_t i = 0; i < count; i++)
+      if (v[i] != (float)(n * (n + 1) / 2) * (float)(i % 7 + it)) {
+        fprintf(stderr, "all_reduce: element %zu is %g\n", i, (double)v[i]);
+        j->failed = 1;
+        break;
+      }
+  }
+  free(v);
+  return NULL;
+}
+
+static int paced_rank(int rank, int size, void *arg) {
+  (void)arg;
+  setenv("GANG_SHM_DISABLE", "1", 1);
+  setenv("GANG_TCP_PIECE", "4k", 1);
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d/paced", g_port);
+  gang_options o = GANG_OPTIONS_INIT;
+  o.timeout_ms = 20000; /* a wait cycle fails the test instead of hanging */
+  gang_t *g = NULL, *x = NULL, *y = NULL;
+  RCHECK_OK(gang_create_with_store(&o, addr, rank, size, &g));
+  int all[2] = {0, 1};
+  RCHECK_OK(gang_create_subgang(g, all, 2, &x));
+  RCHECK_OK(gang_create_subgang(g, all, 2, &y));
+  job a = {x, 30, 0}, b = {y, 30, 0};
+  pthread_t ta, tb;
+  struct timespec gap = {0, 2 * 1000 * 1000};
+  RCHECK(pthread_create(&ta, NULL, big_reduce_loop, rank ? &b : &a) == 0);
+  nanosleep(&gap, NULL);
+  RCHECK(pthread_create(&tb, NULL, big_reduce_loop, rank ? &a : &b) == 0);
+  pthread_join(ta, NULL);
+  pthread_join(tb, NULL);
+  RCHECK(!a.failed && !b.failed);
+  gang_destroy(x);
+  gang_destroy(y);
+  RCHECK_OK(gang_barrier(g));
+  gang_destroy(g);
+  return 0;
+}
+
+static void test_paced_exchanges_of_two_gangs(void **state) {
+  (void)state;
+  gt_store_proc srv = gt_store_proc_start(NULL);
+  g_port = srv.port;
+  assert_int_equal(gt_run_ranks(2, paced_rank, NULL, 120000), 0);
+  gt_store_proc_stop(&srv);
+}
+
 int main(void) {
-  const struct CMUnitTest tests[] = {GT_TEST(test_subgangs_share_connections)};
+  const struct CMUnitTest tests[] = {
+      GT_TEST(test_subgangs_share_connections),
+      GT_TEST(test_paced_exchanges_of_two_gangs)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
