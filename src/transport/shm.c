@@ -186,6 +186,9 @@ static gang_status arena_failure(gang__shm_chan *c, int member, uint64_t seq) {
   return wait_error(c, st, member, seq, text);
 }
 
+/* How long an oversubscribed wait yields before it sleeps (ns). */
+#define SHM_YIELD_NS 1000000
+
 gang_status gang__shm_wait_slow(gang__shm_chan *c, int member, uint64_t seq) {
   gang__shm_line *f = &c->ctl[member]->line[GANG_SHM_LINE(seq)];
   gang__shm_wake *w = &c->ctl[member]->wake;
@@ -199,6 +202,28 @@ gang_status gang__shm_wait_slow(gang__shm_chan *c, int member, uint64_t seq) {
     cpu_relax();
     if ((i & 255) == 255 && gang__shm_failed(s) != GANG_OK)
       return arena_failure(c, member, seq);
+  }
+  /* With more ranks than CPUs, the peer we wait for is most likely
+   * runnable but not running: hand it the CPU with sched_yield for a while
+   * before sleeping. A futex sleep costs a wake-up syscall on the
+   * publisher's side and a trip through the scheduler on ours at every
+   * step; yielding ranks keep the CPUs rotating among the runnable ones.
+   * Measured with 8 and 16 ranks on 2 cores (bench/compare, 100-200
+   * iterations): small all_reduce 110-160 -> 40-150 µs, 0.2-0.5x Open
+   * MPI's time where it had been 0.85-1.2x. */
+  if (c->oversubscribed) {
+    /* The clock is read at every look: one yield may hand the CPU to a
+     * rank that is busy for a whole time slice. */
+    int64_t until = gang__now_ns() + SHM_YIELD_NS;
+    for (;;) {
+      if (atomic_load_explicit(&f->seq, memory_order_acquire) >= seq)
+        return GANG_OK;
+      if (gang__shm_failed(s) != GANG_OK)
+        return arena_failure(c, member, seq);
+      if (gang__now_ns() > until)
+        break;
+      sched_yield();
+    }
   }
   /* Then sleep until the member rings (it does whenever it publishes with
    * sleepers counted). The slices only bound how late a dead peer is
