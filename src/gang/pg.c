@@ -66,11 +66,14 @@ typedef struct pg {
   uint64_t ctx;
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  uint64_t seq;      /* collectives posted */
-  uint64_t subgangs; /* sub-gangs created (a collective counter) */
+  _Atomic uint64_t seq; /* collectives posted */
+  uint64_t subgangs;    /* sub-gangs created (a collective counter) */
   gang_work *q_head, *q_tail;
-  gang_work *p2p; /* registered point-to-point works not yet completed */
-  bool running;   /* a collective is executing */
+  atomic_int queued; /* works in the queue (mirrors it, read without mu) */
+  gang_work *p2p;    /* registered point-to-point works not yet completed */
+  /* A collective is executing. Claimed by compare-and-swap, so a blocking
+   * call with nothing queued runs without taking mu (pg_post). */
+  atomic_bool running;
   bool has_thread, stop;
   pthread_t thread;
   void *scratch[2];
@@ -402,8 +405,6 @@ done:
   gang__error(GANG_TIMEOUT, "%s", detail);
 }
 
-/* Runs queued collectives in order until `until` is done (or, with NULL,
- * while the queue has work). Called with p->mu held; returns with it held. */
 /* Executes one collective and completes its work, telling the peers of a
  * failure. Called without p->mu. */
 static void run_one(gang_t *g, gang_work *w) {
@@ -427,21 +428,37 @@ static void run_one(gang_t *g, gang_work *w) {
   gang__work_complete(w, st);
 }
 
-static void drain(gang_t *g, gang_work *until) {
+/* Claims the right to execute a collective. */
+static bool claim_running(pg *p) {
+  bool idle = false;
+  return atomic_compare_exchange_strong(&p->running, &idle, true);
+}
+
+/* Runs queued collectives in order until `until` is done (or, with NULL,
+ * while the queue has work). Called with p->mu held; returns with it held.
+ * False if it ran nothing (another thread is executing one: it broadcasts
+ * p->cv when done). */
+static bool drain(gang_t *g, gang_work *until) {
   pg *p = g->impl;
-  while (p->q_head != NULL && !p->running && !p->stop &&
-         (until == NULL || !atomic_load(&until->done))) {
+  bool ran = false;
+  /* The claim comes before the dequeue: a blocking call that finds the
+   * queue empty then finds running set until the dequeued work is done,
+   * so it cannot overtake it. */
+  while (p->q_head != NULL && !p->stop &&
+         (until == NULL || !atomic_load(&until->done)) && claim_running(p)) {
     gang_work *w = p->q_head;
     p->q_head = w->next;
     if (p->q_head == NULL)
       p->q_tail = NULL;
-    p->running = true;
+    atomic_fetch_sub(&p->queued, 1);
     pthread_mutex_unlock(&p->mu);
     run_one(g, w);
     pthread_mutex_lock(&p->mu);
-    p->running = false;
+    atomic_store(&p->running, false);
     pthread_cond_broadcast(&p->cv);
+    ran = true;
   }
+  return ran;
 }
 
 static void *worker_main(void *arg) {
@@ -449,10 +466,9 @@ static void *worker_main(void *arg) {
   pg *p = g->impl;
   pthread_mutex_lock(&p->mu);
   while (!p->stop) {
-    if (p->q_head != NULL && !p->running)
-      drain(g, NULL);
-    else
-      pthread_cond_wait(&p->cv, &p->mu);
+    if (p->q_head != NULL && !atomic_load(&p->running) && drain(g, NULL))
+      continue;
+    pthread_cond_wait(&p->cv, &p->mu);
   }
   pthread_mutex_unlock(&p->mu);
   return NULL;
@@ -512,6 +528,24 @@ static gang_status pg_post(gang_t *g, const gang__coll *c, gang_work *w) {
   if (c->kind == GANG_COLL_SEND || c->kind == GANG_COLL_RECV)
     return post_p2p(g, c, w);
   w->impl = NULL;
+  w->next = NULL;
+  if (!w->heap && atomic_load(&p->queued) == 0 && claim_running(p)) {
+    /* A blocking call with nothing queued or running runs here and now,
+     * without the lock: its wait then finds it done (no deadline to
+     * compute), which is most of a small collective's cost. */
+    w->seq = atomic_fetch_add(&p->seq, 1) + 1;
+    run_one(g, w);
+    /* Sequentially consistent with the queuing side (queued, then
+     * running): either a work queued meanwhile is seen here and its
+     * waiters are woken, or they see running clear and run it. */
+    atomic_store(&p->running, false);
+    if (atomic_load(&p->queued) > 0) {
+      pthread_mutex_lock(&p->mu);
+      pthread_cond_broadcast(&p->cv);
+      pthread_mutex_unlock(&p->mu);
+    }
+    return GANG_OK;
+  }
   pthread_mutex_lock(&p->mu);
   if (w->heap && !p->has_thread) {
     /* Start the worker before queuing: a work that fails to post must not
@@ -522,21 +556,8 @@ static gang_status pg_post(gang_t *g, const gang__coll *c, gang_work *w) {
     }
     p->has_thread = true;
   }
-  w->seq = ++p->seq;
-  w->next = NULL;
-  if (!w->heap && p->q_head == NULL && !p->running && !p->stop) {
-    /* A blocking call with nothing queued ahead of it runs here and now:
-     * its wait then finds it done (no second lock, no deadline to
-     * compute), which is most of a small collective's cost. */
-    p->running = true;
-    pthread_mutex_unlock(&p->mu);
-    run_one(g, w);
-    pthread_mutex_lock(&p->mu);
-    p->running = false;
-    pthread_cond_broadcast(&p->cv);
-    pthread_mutex_unlock(&p->mu);
-    return GANG_OK;
-  }
+  atomic_fetch_add(&p->queued, 1);
+  w->seq = atomic_fetch_add(&p->seq, 1) + 1;
   if (p->q_tail)
     p->q_tail->next = w;
   else
@@ -560,10 +581,8 @@ static gang_status pg_wait(gang_work *w, int64_t deadline) {
   }
   pthread_mutex_lock(&p->mu);
   while (!atomic_load(&w->done)) {
-    if (!p->running && p->q_head != NULL) {
-      drain(g, w);
+    if (!atomic_load(&p->running) && p->q_head != NULL && drain(g, w))
       continue;
-    }
     if (gang__deadline_passed(deadline)) {
       /* Make the running collective give up, then wait for it to say so:
        * until then it may still write into its buffers. */

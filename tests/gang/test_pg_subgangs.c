@@ -163,9 +163,58 @@ static void test_paced_exchanges_of_two_gangs(void **state) {
   gt_store_proc_stop(&srv);
 }
 
+/* A blocking call runs without the gang's lock when nothing is queued or
+ * running (pg_post). Posted works queued ahead of it must still run first,
+ * on every rank, whether the worker thread or the caller runs them. Each
+ * call has its own count, so an overtaking shows up as a mismatch or a
+ * wrong sum. */
+static int order_rank(int rank, int size, void *arg) {
+  (void)arg;
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d/order", g_port);
+  gang_options o = GANG_OPTIONS_INIT;
+  o.timeout_ms = 20000;
+  gang_t *g = NULL;
+  RCHECK_OK(gang_create_with_store(&o, addr, rank, size, &g));
+  enum { K = 6 };
+  int64_t v[K][K + 2], b[K + 2];
+  for (int round = 0; round < 200; round++) {
+    gang_work *w[K];
+    int posted = round % K + 1;
+    for (int k = 0; k < posted; k++) {
+      for (int i = 0; i < k + 1; i++)
+        v[k][i] = rank + k + round;
+      RCHECK_OK(gang_all_reduce_post(g, v[k], (size_t)k + 1, GANG_INT64,
+                                     GANG_SUM, &w[k]));
+    }
+    for (int i = 0; i < K + 2; i++)
+      b[i] = rank;
+    RCHECK_OK(gang_all_reduce(g, b, K + 2, GANG_INT64, GANG_SUM));
+    for (int i = 0; i < K + 2; i++)
+      RCHECK(b[i] == size * (size - 1) / 2);
+    for (int k = 0; k < posted; k++) {
+      RCHECK_OK(gang_work_wait(w[k], -1));
+      gang_work_free(w[k]);
+      for (int i = 0; i < k + 1; i++)
+        RCHECK(v[k][i] == size * (size - 1) / 2 + size * (k + round));
+    }
+  }
+  gang_destroy(g);
+  return 0;
+}
+
+static void test_blocking_call_after_posted_works(void **state) {
+  (void)state;
+  gt_store_proc srv = gt_store_proc_start(NULL);
+  g_port = srv.port;
+  assert_int_equal(gt_run_ranks(3, order_rank, NULL, 120000), 0);
+  gt_store_proc_stop(&srv);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       GT_TEST(test_subgangs_share_connections),
-      GT_TEST(test_paced_exchanges_of_two_gangs)};
+      GT_TEST(test_paced_exchanges_of_two_gangs),
+      GT_TEST(test_blocking_call_after_posted_works)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
