@@ -12,6 +12,16 @@
 
 static int g_port;
 
+/* Joins the test's world gang `name` through the test's store. */
+static gang_status join(int rank, int size, const char *name,
+                        int64_t timeout_ms, gang_t **g) {
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d/%s", g_port, name);
+  gang_options o = GANG_OPTIONS_INIT;
+  o.timeout_ms = timeout_ms;
+  return gang_create_with_store(&o, addr, rank, size, g);
+}
+
 typedef struct job {
   gang_t *g;
   int iters;
@@ -42,12 +52,8 @@ static void *reduce_loop(void *arg) {
 
 static int rank_main(int rank, int size, void *arg) {
   (void)arg;
-  char addr[64];
-  snprintf(addr, sizeof addr, "127.0.0.1:%d/sub", g_port);
-  gang_options o = GANG_OPTIONS_INIT;
-  o.timeout_ms = 60000;
   gang_t *g = NULL;
-  RCHECK_OK(gang_create_with_store(&o, addr, rank, size, &g));
+  RCHECK_OK(join(rank, size, "sub", 60000, &g));
   int fds = gt_count_fds(), threads = gt_count_threads();
   gang_t *subs[100];
   for (int i = 0; i < 100; i++) {
@@ -130,12 +136,9 @@ static int paced_rank(int rank, int size, void *arg) {
   (void)arg;
   setenv("GANG_SHM_DISABLE", "1", 1);
   setenv("GANG_TCP_PIECE", "4k", 1);
-  char addr[64];
-  snprintf(addr, sizeof addr, "127.0.0.1:%d/paced", g_port);
-  gang_options o = GANG_OPTIONS_INIT;
-  o.timeout_ms = 20000; /* a wait cycle fails the test instead of hanging */
   gang_t *g = NULL, *x = NULL, *y = NULL;
-  RCHECK_OK(gang_create_with_store(&o, addr, rank, size, &g));
+  /* A short timeout: a wait cycle fails the test instead of hanging. */
+  RCHECK_OK(join(rank, size, "paced", 20000, &g));
   int all[2] = {0, 1};
   RCHECK_OK(gang_create_subgang(g, all, 2, &x));
   RCHECK_OK(gang_create_subgang(g, all, 2, &y));
@@ -170,12 +173,8 @@ static void test_paced_exchanges_of_two_gangs(void **state) {
  * wrong sum. */
 static int order_rank(int rank, int size, void *arg) {
   (void)arg;
-  char addr[64];
-  snprintf(addr, sizeof addr, "127.0.0.1:%d/order", g_port);
-  gang_options o = GANG_OPTIONS_INIT;
-  o.timeout_ms = 20000;
   gang_t *g = NULL;
-  RCHECK_OK(gang_create_with_store(&o, addr, rank, size, &g));
+  RCHECK_OK(join(rank, size, "order", 20000, &g));
   enum { K = 6 };
   int64_t v[K][K + 2], b[K + 2];
   for (int round = 0; round < 200; round++) {
