@@ -242,7 +242,6 @@ static void encode_header(uint8_t *h, uint32_t kind, uint32_t tag, uint64_t ctx,
 
 static void left_before(gang__fabric *f, conn *c);
 
-/* Writes queued sends until the socket is full. Under f->mu. */
 /* Payload bytes that have arrived for receive x. */
 static size_t arrived(gang__fabric *f, const gang__xfer *x) {
   if (x->done)
@@ -277,6 +276,8 @@ static size_t send_limit(gang__fabric *f, const gang__xfer *x) {
   return lim < end ? lim : end;
 }
 
+/* Writes queued sends until the socket is full or the head send is paced.
+ * Under f->mu. */
 static void push_sends(gang__fabric *f, conn *c) {
   if (c->sq_head != NULL && c->bye && c->sq_head->off == 0) {
     /* Its goodbye was read (maybe before its end of stream): a frame
