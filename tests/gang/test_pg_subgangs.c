@@ -22,6 +22,14 @@ static gang_status join(int rank, int size, const char *name,
   return gang_create_with_store(&o, addr, rank, size, g);
 }
 
+/* Runs `fn` as n ranks against a store server of their own. */
+static void run_with_store(int n, gt_rank_fn fn) {
+  gt_store_proc srv = gt_store_proc_start(NULL);
+  g_port = srv.port;
+  assert_int_equal(gt_run_ranks(n, fn, NULL, 120000), 0);
+  gt_store_proc_stop(&srv);
+}
+
 typedef struct job {
   gang_t *g;
   int iters;
@@ -93,10 +101,7 @@ static int rank_main(int rank, int size, void *arg) {
 
 static void test_subgangs_share_connections(void **state) {
   (void)state;
-  gt_store_proc srv = gt_store_proc_start(NULL);
-  g_port = srv.port;
-  assert_int_equal(gt_run_ranks(4, rank_main, NULL, 120000), 0);
-  gt_store_proc_stop(&srv);
+  run_with_store(4, rank_main);
 }
 
 /* Exchanges over TCP run in lockstep pieces (GANG_TCP_PIECE): a send waits
@@ -160,10 +165,7 @@ static int paced_rank(int rank, int size, void *arg) {
 
 static void test_paced_exchanges_of_two_gangs(void **state) {
   (void)state;
-  gt_store_proc srv = gt_store_proc_start(NULL);
-  g_port = srv.port;
-  assert_int_equal(gt_run_ranks(2, paced_rank, NULL, 120000), 0);
-  gt_store_proc_stop(&srv);
+  run_with_store(2, paced_rank);
 }
 
 /* A blocking call runs without the gang's lock when nothing is queued or
@@ -204,10 +206,7 @@ static int order_rank(int rank, int size, void *arg) {
 
 static void test_blocking_call_after_posted_works(void **state) {
   (void)state;
-  gt_store_proc srv = gt_store_proc_start(NULL);
-  g_port = srv.port;
-  assert_int_equal(gt_run_ranks(3, order_rank, NULL, 120000), 0);
-  gt_store_proc_stop(&srv);
+  run_with_store(3, order_rank);
 }
 
 int main(void) {
