@@ -1,11 +1,16 @@
-/* Recursive-doubling all_reduce for small messages: lg(p) rounds in which
- * each rank exchanges its whole buffer with the partner whose rank differs
- * in one bit, then reduces. With p not a power of two, the p - p2 extra
- * ranks first fold their data into a partner below p2 and get the result
- * back at the end (2 more rounds for them). Latency-optimal:
- * lg(p) alpha + lg(p) n beta. Partners reduce the same two operands in the
- * same order (lower rank first), so all ranks end with bit-identical
- * results, NaN payloads included. */
+/* Recursive-doubling all_reduce: lg(p) rounds in which each rank exchanges
+ * its whole buffer with the partner whose rank differs in one bit, then
+ * reduces. With p not a power of two, the p - p2 extra ranks first fold
+ * their data into a partner below p2 and get the result back at the end
+ * (2 more rounds for them). Latency-optimal: lg(p) alpha + lg(p) n beta.
+ * Used for small messages, and between two ranks at every size (it moves
+ * the same bytes as the ring, in one exchange: docs/algorithms.md).
+ *
+ * Rounds and folds move the buffer in pieces of at most RD_PIECE bytes,
+ * each received into scratch and reduced before the next, so the scratch
+ * stays RD_PIECE however large the buffer. Partners reduce the same two
+ * operands in the same order (lower rank first), so all ranks end with
+ * bit-identical results, NaN payloads included. */
 #include "algo.h"
 
 #include <string.h>
@@ -16,6 +21,35 @@
 #define TAG_FOLD 0u
 #define TAG_ROUND 1u
 #define TAG_UNFOLD 1000u
+/* Bytes exchanged and reduced at a time (a multiple of every element
+ * size). Measured no slower than whole-buffer exchanges from 1 MiB pieces
+ * up (docs/algorithms.md). */
+#define RD_PIECE ((size_t)4 << 20)
+
+/* One exchange with `partner` of the buffer, piece by piece: sends each
+ * piece of buf (unless !send) while receiving the partner's into tmp
+ * (unless !recv), then reduces it into buf, the lower rank's data first. */
+static gang_status exchange(algo_ctx *a, int partner, bool send, bool recv,
+                            void *buf, void *tmp, size_t count, gang_dtype dt,
+                            gang_reduce_op op, uint32_t tag) {
+  size_t es = gang_dtype_size(dt), per = RD_PIECE / es;
+  char *b = buf;
+  for (size_t done = 0; done < count || done == 0; done += per) {
+    size_t n = count - done < per ? count - done : per;
+    char *piece = b + done * es;
+    GANG_CHECK(algo_sendrecv(a, send ? partner : -1, piece, n * es,
+                             recv ? partner : -1, tmp, n * es, tag));
+    if (recv) {
+      if (a->rank < partner)
+        gang__reduce3(piece, piece, tmp, n, dt, op);
+      else
+        gang__reduce3(piece, tmp, piece, n, dt, op);
+    }
+    if (n == 0)
+      break;
+  }
+  return GANG_OK;
+}
 
 gang_status algo_allreduce_rd(algo_ctx *a, void *buf, size_t count,
                               gang_dtype dt, gang_reduce_op op) {
@@ -28,28 +62,24 @@ gang_status algo_allreduce_rd(algo_ctx *a, void *buf, size_t count,
     p2 *= 2;
   int extra = p - p2;
   void *tmp;
-  GANG_CHECK(algo_scratch(a, bytes ? bytes : 1, &tmp));
+  GANG_CHECK(algo_scratch(a,
+                          bytes == 0         ? 1
+                          : bytes < RD_PIECE ? bytes
+                                             : RD_PIECE,
+                          &tmp));
   if (r >= p2) {
-    GANG_CHECK(algo_sendrecv(a, r - p2, buf, bytes, -1, NULL, 0, TAG_FOLD));
+    GANG_CHECK(
+        exchange(a, r - p2, true, false, buf, tmp, count, dt, op, TAG_FOLD));
+    /* The result comes back whole, straight into buf. */
     return algo_sendrecv(a, -1, NULL, 0, r - p2, buf, bytes, TAG_UNFOLD);
   }
-  if (r < extra) {
-    GANG_CHECK(algo_sendrecv(a, -1, NULL, 0, r + p2, tmp, bytes, TAG_FOLD));
-    gang__reduce(buf, tmp, count, dt, op);
-  }
+  if (r < extra)
+    GANG_CHECK(
+        exchange(a, r + p2, false, true, buf, tmp, count, dt, op, TAG_FOLD));
   uint32_t round = 0;
-  for (int mask = 1; mask < p2; mask <<= 1, round++) {
-    int partner = r ^ mask;
-    GANG_CHECK(algo_sendrecv(a, partner, buf, bytes, partner, tmp, bytes,
-                             TAG_ROUND + round));
-    /* The lower rank's data is always the first operand, so both partners
-     * compute the same bits even where the operation is not bitwise
-     * commutative (which NaN an add or a min returns). */
-    if (r < partner)
-      gang__reduce3(buf, buf, tmp, count, dt, op);
-    else
-      gang__reduce3(buf, tmp, buf, count, dt, op);
-  }
+  for (int mask = 1; mask < p2; mask <<= 1, round++)
+    GANG_CHECK(exchange(a, r ^ mask, true, true, buf, tmp, count, dt, op,
+                        TAG_ROUND + round));
   if (r < extra)
     GANG_CHECK(algo_sendrecv(a, r + p2, buf, bytes, -1, NULL, 0, TAG_UNFOLD));
   return GANG_OK;

@@ -10,7 +10,7 @@
  *   nocma  shared memory staged only, with 4 KiB staging buffers, so
  *          every size runs many double-buffered steps;
  *   tcp    GANG_SHM_DISABLE=1: every byte over TCP (and each forced
- *          all_reduce algorithm), exchanges paced in pieces of 3000 bytes
+ *          all_reduce algorithm), exchanges paced in pieces of 3001 bytes
  *          (GANG_TCP_PIECE), so large messages move in many pieces that
  *          split elements;
  *   mixed  GANG_HOST_ID makes even and odd ranks two hosts: the world and
@@ -400,8 +400,10 @@ static int rank_main(int rank, int size, void *arg) {
     check_all_reduce(g, counts[c], c == 2);
     check_others(g, counts[c], c % 2);
   }
-  /* The bandwidth path (ring) with large counts. */
-  size_t big = (size_t)1 << 20;
+  /* The bandwidth paths with a large count: the ring, or recursive
+   * doubling (two ranks, or forced) in two pieces of its 4 MiB, the second
+   * short. */
+  size_t big = ((size_t)1 << 20) + 12345;
   float *f = malloc(big * sizeof *f);
   for (size_t i = 0; i < big; i++)
     f[i] = (float)(rank + (int)(i % 13));
@@ -467,7 +469,7 @@ int main(int argc, char **argv) {
     g_mode = argv[1];
   if (strcmp(g_mode, "tcp") == 0) {
     setenv("GANG_SHM_DISABLE", "1", 1);
-    setenv("GANG_TCP_PIECE", "3000", 1);
+    setenv("GANG_TCP_PIECE", "3001", 1);
   } else if (strcmp(g_mode, "nocma") == 0) {
     setenv("GANG_SHM_CMA", "0", 1);
     setenv("GANG_SHM_CHUNK", "4k", 1);

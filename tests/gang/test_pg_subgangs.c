@@ -34,6 +34,7 @@ typedef struct job {
   gang_t *g;
   int iters;
   int failed;
+  long delay_ns; /* big_reduce_loop: sleep before each collective */
 } job;
 
 static void *reduce_loop(void *arg) {
@@ -85,7 +86,7 @@ static int rank_main(int rank, int size, void *arg) {
     RCHECK(one == gang_size(subs[i]));
   }
   /* Two threads, two gangs over the same ranks, at the same time. */
-  job a = {subs[0], 300, 0}, b = {subs[2], 300, 0};
+  job a = {subs[0], 300, 0, 0}, b = {subs[2], 300, 0, 0};
   pthread_t ta, tb;
   RCHECK(pthread_create(&ta, NULL, reduce_loop, &a) == 0);
   RCHECK(pthread_create(&tb, NULL, reduce_loop, &b) == 0);
@@ -119,6 +120,8 @@ static void *big_reduce_loop(void *arg) {
     return NULL;
   }
   for (int it = 0; it < j->iters && !j->failed; it++) {
+    struct timespec ts = {0, j->delay_ns};
+    nanosleep(&ts, NULL);
     for (size_t i = 0; i < count; i++)
       v[i] = (float)(r + 1) * (float)(i % 7 + it);
     if (gang_all_reduce(j->g, v, count, GANG_FLOAT32, GANG_SUM) != GANG_OK) {
@@ -147,12 +150,14 @@ static int paced_rank(int rank, int size, void *arg) {
   int all[2] = {0, 1};
   RCHECK_OK(gang_create_subgang(g, all, 2, &x));
   RCHECK_OK(gang_create_subgang(g, all, 2, &y));
-  job a = {x, 30, 0}, b = {y, 30, 0};
+  /* Each round, rank 0 starts x's all_reduce 1 ms before y's and rank 1
+   * the other way round: the two gangs' exchanges are in flight at once,
+   * in opposite orders on the two ranks. */
+  long late = 1000 * 1000;
+  job a = {x, 60, 0, rank ? late : 0}, b = {y, 60, 0, rank ? 0 : late};
   pthread_t ta, tb;
-  struct timespec gap = {0, 2 * 1000 * 1000};
-  RCHECK(pthread_create(&ta, NULL, big_reduce_loop, rank ? &b : &a) == 0);
-  nanosleep(&gap, NULL);
-  RCHECK(pthread_create(&tb, NULL, big_reduce_loop, rank ? &a : &b) == 0);
+  RCHECK(pthread_create(&ta, NULL, big_reduce_loop, &a) == 0);
+  RCHECK(pthread_create(&tb, NULL, big_reduce_loop, &b) == 0);
   pthread_join(ta, NULL);
   pthread_join(tb, NULL);
   RCHECK(!a.failed && !b.failed);
@@ -171,8 +176,9 @@ static void test_paced_exchanges_of_two_gangs(void **state) {
 /* A blocking call runs without the gang's lock when nothing is queued or
  * running (pg_post). Posted works queued ahead of it must still run first,
  * on every rank, whether the worker thread or the caller runs them. Each
- * call has its own count, so an overtaking shows up as a mismatch or a
- * wrong sum. */
+ * call has its own count, so over shared memory (this test's transport)
+ * an overtaking shows up at once as a mismatch of the step's signature
+ * (over TCP it would be a timeout: messages match by sequence number). */
 static int order_rank(int rank, int size, void *arg) {
   (void)arg;
   gang_t *g = NULL;
