@@ -2,6 +2,7 @@
  * socket, and collectives on different gangs run concurrently from
  * different threads (each thread may end up driving the other's I/O). */
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -215,10 +216,126 @@ static void test_blocking_call_after_posted_works(void **state) {
   run_with_store(3, order_rank);
 }
 
+/* Paced exchanges under load: four gangs over the same four ranks in
+ * different orders (so their rings run in different directions over the
+ * same connections), each driven by its own thread with its own
+ * collective (all_gather, all_reduce or reduce_scatter, sizes varying by
+ * round), plus a thread sending point-to-point around the world ring,
+ * all over TCP in 1000-byte pieces. Nothing may hang, fail or come out
+ * wrong. */
+typedef struct mixed_job {
+  gang_t *g;
+  int kind; /* 0 all_gather, 1 all_reduce, 2 reduce_scatter, 3 p2p ring */
+  int seed;
+  int failed;
+} mixed_job;
+
+static int mixed_round(mixed_job *j, int it) {
+  int n = gang_size(j->g), r = gang_rank(j->g);
+  size_t blk = 50000 + (size_t)((it * 7919 + j->seed) % 40000);
+  gang_status st = GANG_OK;
+  int bad = 0;
+  if (j->kind == 0) {
+    uint8_t *in = malloc(blk), *out = malloc(blk * (size_t)n);
+    memset(in, r + it, blk);
+    st = gang_all_gather(j->g, out, in, blk, GANG_UINT8);
+    for (int q = 0; st == GANG_OK && q < n; q++)
+      for (size_t i = 0; i < blk; i += 997)
+        bad |= out[(size_t)q * blk + i] != (uint8_t)(q + it);
+    free(in), free(out);
+  } else if (j->kind == 1) {
+    size_t cnt = blk * (size_t)n / 4 + 3;
+    float *v = malloc(cnt * sizeof *v);
+    for (size_t i = 0; i < cnt; i++)
+      v[i] = (float)(r + 1);
+    st = gang_all_reduce(j->g, v, cnt, GANG_FLOAT32, GANG_SUM);
+    for (size_t i = 0; st == GANG_OK && i < cnt; i += 101)
+      bad |= v[i] != (float)(n * (n + 1) / 2);
+    free(v);
+  } else if (j->kind == 2) {
+    size_t cnt = blk / 4;
+    int32_t *in = malloc(cnt * sizeof *in * (size_t)n);
+    int32_t *out = malloc(cnt * sizeof *out);
+    for (size_t i = 0; i < cnt * (size_t)n; i++)
+      in[i] = r;
+    st = gang_reduce_scatter(j->g, out, in, cnt, GANG_INT32, GANG_SUM);
+    for (size_t i = 0; st == GANG_OK && i < cnt; i++)
+      bad |= out[i] != n * (n - 1) / 2;
+    free(in), free(out);
+  } else {
+    size_t len = 300000;
+    uint8_t *a = malloc(len), *b = malloc(len);
+    memset(a, r, len);
+    gang_work *ws = NULL, *wr = NULL;
+    st = gang_recv_post(j->g, b, len, (r - 1 + n) % n, it, &wr);
+    if (st == GANG_OK)
+      st = gang_send_post(j->g, a, len, (r + 1) % n, it, &ws);
+    if (st == GANG_OK)
+      st = gang_work_wait(ws, -1);
+    if (st == GANG_OK)
+      st = gang_work_wait(wr, -1);
+    gang_work_free(ws), gang_work_free(wr);
+    bad |= st == GANG_OK && b[len - 1] != (uint8_t)((r - 1 + n) % n);
+    free(a), free(b);
+  }
+  if (st != GANG_OK)
+    fprintf(stderr, "kind %d round %d: %s\n", j->kind, it, gang_last_error());
+  else if (bad)
+    fprintf(stderr, "kind %d round %d: wrong result\n", j->kind, it);
+  return st != GANG_OK || bad;
+}
+
+static void *mixed_loop(void *arg) {
+  mixed_job *j = arg;
+  for (int it = 0; it < 12 && !j->failed; it++)
+    j->failed = mixed_round(j, it);
+  return NULL;
+}
+
+static int mixed_rank(int rank, int size, void *arg) {
+  (void)arg;
+  setenv("GANG_SHM_DISABLE", "1", 1);
+  setenv("GANG_TCP_PIECE", "1000", 1);
+  gang_t *g = NULL, *s[4];
+  RCHECK_OK(join(rank, size, "mixed", 30000, &g));
+  int orders[4][4] = {{0, 1, 2, 3}, {3, 2, 1, 0}, {0, 2, 1, 3}, {1, 3, 0, 2}};
+  for (int k = 0; k < 4; k++)
+    RCHECK_OK(gang_create_subgang(g, orders[k], 4, &s[k]));
+  /* Thread k of rank r drives gang (k + r) % 4: each gang is driven by a
+   * thread started at a different moment on every rank. */
+  mixed_job jobs[5];
+  pthread_t t[5];
+  for (int k = 0; k < 4; k++) {
+    int which = (k + rank) % 4;
+    jobs[k] = (mixed_job){s[which], which % 3, which * 131, 0};
+  }
+  jobs[4] = (mixed_job){g, 3, 0, 0};
+  for (int k = 0; k < 5; k++) {
+    RCHECK(pthread_create(&t[k], NULL, mixed_loop, &jobs[k]) == 0);
+    struct timespec gap = {0, (long)(k % 3) * 1000 * 1000};
+    nanosleep(&gap, NULL);
+  }
+  for (int k = 0; k < 5; k++)
+    pthread_join(t[k], NULL);
+  for (int k = 0; k < 5; k++)
+    RCHECK(!jobs[k].failed);
+  for (int k = 0; k < 4; k++)
+    gang_destroy(s[k]);
+  RCHECK_OK(gang_barrier(g));
+  gang_destroy(g);
+  return 0;
+}
+
+static void test_paced_mixed_load(void **state) {
+  (void)state;
+  run_with_store(4, mixed_rank);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       GT_TEST(test_subgangs_share_connections),
       GT_TEST(test_paced_exchanges_of_two_gangs),
-      GT_TEST(test_blocking_call_after_posted_works)};
+      GT_TEST(test_blocking_call_after_posted_works),
+      GT_TEST(test_paced_mixed_load)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
