@@ -1000,6 +1000,11 @@ static gang_status create(const gang_options *opts, const char *store_addr,
                                      cfg.deadline, w->hosts, &w->shm,
                                      &w->shm_everywhere),
                     st, fail);
+    int local = 0;
+    for (int i = 0; i < size; i++)
+      local += w->hosts[i] == w->hosts[rank];
+    if (local > gang__cpus_available())
+      gang__fabric_set_oversubscribed(w->fabric);
   }
   /* After setup the store only serves timeout diagnoses, which must not
    * wait longer than their own budget (at most 1 s) on a lost store. */

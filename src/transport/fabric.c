@@ -201,6 +201,15 @@ void gang__fabric_set_fail_hook(gang__fabric *f,
     hook(arg, st, f->fail_detail);
 }
 
+void gang__fabric_set_oversubscribed(gang__fabric *f) {
+  if (getenv("GANG_TCP_SPIN_US") != NULL)
+    return;
+  pthread_mutex_lock(&f->mu);
+  if (f->spin_ns > 50000)
+    f->spin_ns = 50000;
+  pthread_mutex_unlock(&f->mu);
+}
+
 gang_status gang__fabric_poke(gang__fabric *f) {
   pthread_mutex_lock(&f->mu);
   if (f->failed == GANG_OK && !f->driving) {

@@ -71,6 +71,11 @@ typedef struct gang__xfer {
 gang_status gang__fabric_create(const gang__fabric_config *cfg,
                                 gang__fabric **out);
 
+/* This rank's host runs more ranks than it has CPUs: waits spin at most
+ * 50 µs before sleeping (a spinning rank takes the CPU its peers need),
+ * unless GANG_TCP_SPIN_US is set. */
+void gang__fabric_set_oversubscribed(gang__fabric *f);
+
 /* Registers the n transfers (all counted in *grp) without waiting: sends
  * are queued behind earlier sends to the same peer, receives match
  * messages in arrival order. They progress whenever any thread waits on the

@@ -356,7 +356,7 @@ static void host_identity(char *out, size_t cap) {
            ns_inode("/proc/self/ns/net"), ns_inode("/proc/self/ns/pid"));
 }
 
-static int cpus_available(void) {
+int gang__cpus_available(void) {
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof set, &set) == 0)
     return CPU_COUNT(&set);
@@ -609,7 +609,8 @@ static gang_status create_local(gang_store *store, int rank, int size,
   s->fabric = fabric;
   s->probe_word = ARENA_MAGIC;
   size_t chunk;
-  GANG_CHECK_GOTO(choose_chunk(n, n > cpus_available(), &chunk), st, done);
+  GANG_CHECK_GOTO(choose_chunk(n, n > gang__cpus_available(), &chunk), st,
+                  done);
   /* The leader makes the arena; the others open it. Everyone says whether
    * it worked before anyone relies on it. */
   bool mapped;
@@ -660,7 +661,7 @@ static gang_status create_local(gang_store *store, int rank, int size,
   bool cma = want_cma != 0 && cma_probe(s);
   GANG_CHECK_GOTO(agree(store, "shm/cma", rank, all, n, cma, &s->cma), st,
                   done);
-  s->oversubscribed = n > cpus_available();
+  s->oversubscribed = n > gang__cpus_available();
   s->local_of = local_of;
   local_of = NULL;
   gang__fabric_set_fail_hook(fabric, on_fabric_fail, s);

@@ -147,6 +147,9 @@ gang_status gang__shm_create(gang_store *store, int rank, int size,
                              gang__fabric *fabric, int64_t deadline, int *hosts,
                              gang__shm **out, bool *everywhere);
 
+/* CPUs this process may run on. */
+int gang__cpus_available(void);
+
 /* Unmaps the arena. Channels must be detached. */
 void gang__shm_destroy(gang__shm *s);
 
