@@ -203,15 +203,17 @@ static inline gang_status gang__shm_wait(gang__shm_chan *c, int member,
   return st;
 }
 
-/* Waits until every member has published `seq`, a step of the running
- * collective. */
-static inline gang_status gang__shm_wait_all(gang__shm_chan *c, uint64_t seq) {
+/* Waits until every member has published `seq`; with `same_call`, also
+ * that each published it for the running collective (its signature). */
+static inline gang_status
+gang__shm_all_published(gang__shm_chan *c, uint64_t seq, bool same_call) {
   if (c->synced >= seq)
     return GANG_OK;
   for (int m = 0; m < c->size; m++) {
     if (m == c->rank)
       continue;
-    gang_status st = gang__shm_wait(c, m, seq);
+    gang_status st =
+        same_call ? gang__shm_wait(c, m, seq) : gang__shm_wait_seq(c, m, seq);
     if (st != GANG_OK)
       return st;
   }
@@ -219,20 +221,16 @@ static inline gang_status gang__shm_wait_all(gang__shm_chan *c, uint64_t seq) {
   return GANG_OK;
 }
 
+/* Waits until every member has published `seq`, a step of the running
+ * collective. */
+static inline gang_status gang__shm_wait_all(gang__shm_chan *c, uint64_t seq) {
+  return gang__shm_all_published(c, seq, true);
+}
+
 /* Waits until every member has published `seq`, whatever collective it
  * belongs to (no signature check). */
 static inline gang_status gang__shm_reach_all(gang__shm_chan *c, uint64_t seq) {
-  if (c->synced >= seq)
-    return GANG_OK;
-  for (int m = 0; m < c->size; m++) {
-    if (m == c->rank)
-      continue;
-    gang_status st = gang__shm_wait_seq(c, m, seq);
-    if (st != GANG_OK)
-      return st;
-  }
-  c->synced = seq;
-  return GANG_OK;
+  return gang__shm_all_published(c, seq, false);
 }
 
 /* Starts step t: returns once this member may write its buffers of t's
