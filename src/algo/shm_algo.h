@@ -46,6 +46,22 @@ gang_status shm_alltoallv(gang__shm_chan *c, void *out,
                           const size_t *in_counts, size_t es);
 gang_status shm_barrier(gang__shm_chan *c);
 
+/* Whether a collective moves blocks of `block` bytes by single copy: the
+ * probe allowed it (c->cma), the block reaches the algorithm's `min`, and
+ * the host has no more ranks than CPUs. When it has more, a single copy's
+ * two all-member rounds (addresses published, reads finished) each cost a
+ * round of context switches, where staged chunks pipeline: with 4, 8 and
+ * 16 ranks on 2 cores staging measured 1.2-2.3x faster for broadcast,
+ * all_reduce, all_gather and reduce_scatter from 256 KiB to 16 MiB
+ * (docs/shm.md). GANG_SHM_CMA=1 uses single copy there too (the tests
+ * do, to cover it on 2 CPUs). all_to_all makes its own exception for
+ * large blocks. */
+static inline bool shm_single_copy(const gang__shm_chan *c, size_t block,
+                                   size_t min) {
+  return c->cma && block >= min &&
+         (!c->oversubscribed || c->cma_oversubscribed);
+}
+
 /* Staged steps carry at most this many bytes for one destination when a
  * step serves every member (all_to_all, reduce_scatter): the staging
  * buffer split in size parts, whole elements. */

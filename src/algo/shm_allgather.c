@@ -27,7 +27,7 @@ gang_status shm_allgather(gang__shm_chan *c, void *out, const void *in,
     return GANG_OK;
   /* From here on read my own block from out: in may alias it. */
   src = o + (size_t)me * bytes;
-  if (c->cma && bytes >= SHM_AG_CMA_MIN) {
+  if (shm_single_copy(c, bytes, SHM_AG_CMA_MIN)) {
     uint64_t t = ++c->step;
     GANG_CHECK(gang__shm_begin(c, t));
     c->ctl[me]->pub.in = (uint64_t)(uintptr_t)src;

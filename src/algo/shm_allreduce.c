@@ -181,7 +181,8 @@ gang_status shm_allreduce(gang__shm_chan *c, void *buf, size_t count,
     return GANG_OK;
   if (bytes <= GANG_SHM_SMALL)
     return small_allreduce(c, buf, count, dt, op);
-  if (c->cma && c->size > 2 && bytes >= SHM_CMA_MIN && count >= (size_t)c->size)
+  if (c->size > 2 && shm_single_copy(c, bytes, SHM_CMA_MIN) &&
+      count >= (size_t)c->size)
     return single_copy(c, buf, count, dt, op);
   if (bytes <= SHM_ALLREAD_MAX)
     return allread(c, buf, count, dt, op);

@@ -36,7 +36,7 @@ gang_status shm_bcast(gang__shm_chan *c, void *buf, size_t bytes, int root) {
     }
     return GANG_OK;
   }
-  if (c->cma && bytes >= SHM_BCAST_CMA_MIN && c->size == 2) {
+  if (c->size == 2 && shm_single_copy(c, bytes, SHM_BCAST_CMA_MIN)) {
     /* Two members: both copy, the root pushing the first half into the
      * other's buffer while it pulls the second. */
     uint64_t t = ++c->step;
@@ -57,7 +57,7 @@ gang_status shm_bcast(gang__shm_chan *c, void *buf, size_t bytes, int root) {
     gang__shm_publish(c, t2);
     return gang__shm_wait_all(c, t2);
   }
-  if (c->cma && bytes >= SHM_BCAST_CMA_MIN) {
+  if (shm_single_copy(c, bytes, SHM_BCAST_CMA_MIN)) {
     uint64_t t = ++c->step;
     if (is_root) {
       GANG_CHECK(gang__shm_begin(c, t));

@@ -31,7 +31,7 @@ gang_status shm_reduce_scatter(gang__shm_chan *c, void *out, const void *in,
       memmove(dst, src, bytes);
     return GANG_OK;
   }
-  if (c->cma && bytes >= SHM_RS_CMA_MIN) {
+  if (shm_single_copy(c, bytes, SHM_RS_CMA_MIN)) {
     size_t piece = SHM_RS_PIECE / es ? SHM_RS_PIECE / es : 1;
     void *scratch;
     GANG_CHECK(gang__shm_scratch(c, (size_t)p * piece * es, &scratch));

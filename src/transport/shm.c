@@ -64,6 +64,7 @@ struct gang__shm {
   int world_size;
   int *local_of; /* [world_size]: world rank -> local index or -1 */
   bool cma;
+  bool cma_oversubscribed; /* GANG_SHM_CMA=1: single copy even then */
   bool oversubscribed;
   gang__fabric *fabric;
   uint64_t probe_word; /* read by peers to test single copy */
@@ -393,6 +394,24 @@ static gang_status choose_chunk(int n, bool oversubscribed, size_t *out) {
   return GANG_OK;
 }
 
+/* GANG_SHM_CMA: auto (allowed where it pays), 1 (allowed wherever the
+ * probe passes, forced) or 0 (never). */
+static gang_status cma_setting(bool *allowed, bool *forced) {
+  const char *v = gang__setting_str(GANG_SETTING_SHM_CMA);
+  *allowed = true;
+  *forced = false;
+  if (strcmp(v, "auto") == 0 || *v == '\0')
+    return GANG_OK;
+  bool b;
+  if (gang__parse_bool("GANG_SHM_CMA", v, &b) != GANG_OK)
+    return gang__error(GANG_INVALID_ARGUMENT,
+                       "GANG_SHM_CMA='%s': expected auto, 1 (on) or 0 (off)",
+                       v);
+  *allowed = b;
+  *forced = b;
+  return GANG_OK;
+}
+
 /* Gets the n keys "<prefix>/<world rank>" of the local ranks. values[i] is
  * freed by the caller with gang_store_free. */
 static gang_status get_local_keys(gang_store *st, const char *prefix,
@@ -656,19 +675,36 @@ static gang_status create_local(gang_store *store, int rank, int size,
     goto done;
   }
   /* Single copy needs every pair to be able to read the other. */
-  int64_t want_cma = 1;
-  GANG_CHECK_GOTO(gang__setting_int(GANG_SETTING_SHM_CMA, &want_cma), st, done);
-  bool cma = want_cma != 0 && cma_probe(s);
+  bool want_cma = true, force_cma = false;
+  GANG_CHECK_GOTO(cma_setting(&want_cma, &force_cma), st, done);
+  bool cma = want_cma && cma_probe(s);
   GANG_CHECK_GOTO(agree(store, "shm/cma", rank, all, n, cma, &s->cma), st,
                   done);
-  s->oversubscribed = n > gang__cpus_available();
+  /* Agreed, because it chooses algorithms (single copy or staged), not
+   * just spin lengths: ranks pinned to different CPU sets may count
+   * differently. One rank that sees fewer CPUs than local ranks makes the
+   * host oversubscribed. */
+  bool roomy = false;
+  GANG_CHECK_GOTO(agree(store, "shm/roomy", rank, all, n,
+                        n <= gang__cpus_available(), &roomy),
+                  st, done);
+  s->oversubscribed = !roomy;
+  bool forced = false;
+  GANG_CHECK_GOTO(
+      agree(store, "shm/cma-forced", rank, all, n, force_cma, &forced), st,
+      done);
+  s->cma_oversubscribed = s->cma && forced;
   s->local_of = local_of;
   local_of = NULL;
   gang__fabric_set_fail_hook(fabric, on_fabric_fail, s);
   GANG_INFO(SHM,
             "arena of %d local ranks mapped (%zu MiB virtual, %zu KiB "
             "staging per member; single copy %s%s)",
-            n, s->map_len >> 20, (size_t)(chunk >> 10), s->cma ? "on" : "off",
+            n, s->map_len >> 20, (size_t)(chunk >> 10),
+            !s->cma                 ? "off"
+            : !s->oversubscribed    ? "on"
+            : s->cma_oversubscribed ? "on (forced)"
+                                    : "only for large all_to_all blocks",
             s->oversubscribed ? "; oversubscribed: short spins" : "");
   *out = s;
   s = NULL;
@@ -840,6 +876,7 @@ gang_status gang__shm_chan_attach(gang__shm *s, uint64_t ctx, const int *world,
                         .chunk = chunk,
                         .cma = s->cma,
                         .oversubscribed = s->oversubscribed,
+                        .cma_oversubscribed = s->cma_oversubscribed,
                         .ctl = ctl,
                         .stage = stage,
                         .pid = pid,

@@ -109,24 +109,25 @@ typedef struct gang__shm_ctl {
 /* One gang's view of its channel. */
 typedef struct gang__shm_chan {
   gang__shm *arena;
-  int slot;              /* directory entry */
-  int rank, size;        /* in the gang */
-  uint64_t step;         /* steps this member has published */
-  uint64_t synced;       /* every member is known to have published this */
-  size_t chunk;          /* bytes per staging buffer */
-  bool cma;              /* single-copy reads allowed */
-  bool oversubscribed;   /* more local ranks than CPUs: spin little */
-  gang__shm_ctl **ctl;   /* [size]: each member's control page */
-  unsigned char **stage; /* [size]: each member's staging (2 * chunk) */
-  pid_t *pid;            /* [size]: each member's process */
-  gang__fabric *fabric;  /* watched while sleeping */
-  int64_t deadline;      /* of the running collective */
-  int64_t next_poke;     /* when a sleeping wait next pokes the fabric */
-  int64_t timeout_ms;    /* of the running collective; with deadline 0, the
-                            first wait that sleeps sets the deadline (the
-                            spin before it, under 1 ms, is not counted) */
-  const char *op;        /* name of the running collective, for errors */
-  uint64_t sig;          /* its signature (gang__shm_sig) */
+  int slot;                /* directory entry */
+  int rank, size;          /* in the gang */
+  uint64_t step;           /* steps this member has published */
+  uint64_t synced;         /* every member is known to have published this */
+  size_t chunk;            /* bytes per staging buffer */
+  bool cma;                /* single-copy reads allowed */
+  bool oversubscribed;     /* more local ranks than CPUs: spin little */
+  bool cma_oversubscribed; /* ... and single copy anyway (GANG_SHM_CMA=1) */
+  gang__shm_ctl **ctl;     /* [size]: each member's control page */
+  unsigned char **stage;   /* [size]: each member's staging (2 * chunk) */
+  pid_t *pid;              /* [size]: each member's process */
+  gang__fabric *fabric;    /* watched while sleeping */
+  int64_t deadline;        /* of the running collective */
+  int64_t next_poke;       /* when a sleeping wait next pokes the fabric */
+  int64_t timeout_ms;      /* of the running collective; with deadline 0, the
+                              first wait that sleeps sets the deadline (the
+                              spin before it, under 1 ms, is not counted) */
+  const char *op;          /* name of the running collective, for errors */
+  uint64_t sig;            /* its signature (gang__shm_sig) */
   const char *(*kind_name)(int kind); /* names a signature's kind */
   uint64_t opseq;                     /* its sequence number in the gang */
   unsigned char *scratch; /* private, grown on demand, never shrunk */

@@ -119,11 +119,15 @@ static int count_dev_shm(void) {
   return n;
 }
 
+/* Single copy, forced: 4 ranks on 2 CPUs would stage by default. */
 static void test_kill9_during_all_reduce(void **state) {
   (void)state;
   int shm0 = count_dev_shm();
+  setenv("GANG_SHM_CMA", "1", 1);
   g_round++;
-  assert_int_equal(gt_run_ranks(4, kill_rank, NULL, 120000), 0);
+  int rc = gt_run_ranks(4, kill_rank, NULL, 120000);
+  unsetenv("GANG_SHM_CMA");
+  assert_int_equal(rc, 0);
   assert_int_equal(count_dev_shm(), shm0);
 }
 
@@ -367,6 +371,32 @@ static void test_garbage_from_peer(void **state) {
   assert_int_equal(gt_run_ranks(2, garbage_rank, NULL, 30000), 0);
 }
 
+/* ---- A malformed setting is an error naming it, on every rank ---------- */
+
+static int bad_cma_rank(int rank, int size, void *arg) {
+  (void)arg;
+  char addr[160];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d/faults%d", gt_store_port(),
+           g_round);
+  gang_options o = GANG_OPTIONS_INIT;
+  o.timeout_ms = 20000;
+  gang_t *g = NULL;
+  RCHECK(gang_create_with_store(&o, addr, rank, size, &g) ==
+         GANG_INVALID_ARGUMENT);
+  RCHECK(g == NULL);
+  RCHECK(strstr(gang_last_error(), "GANG_SHM_CMA='sometimes'") != NULL);
+  return 0;
+}
+
+static void test_bad_shm_cma_setting(void **state) {
+  (void)state;
+  setenv("GANG_SHM_CMA", "sometimes", 1);
+  g_round++;
+  int rc = gt_run_ranks(2, bad_cma_rank, NULL, 60000);
+  unsetenv("GANG_SHM_CMA");
+  assert_int_equal(rc, 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       GT_TEST(test_kill9_during_all_reduce),
@@ -377,6 +407,7 @@ int main(void) {
       GT_TEST(test_mismatched_counts),
       GT_TEST(test_signature_check),
       GT_TEST(test_garbage_from_peer),
+      GT_TEST(test_bad_shm_cma_setting),
   };
   return cmocka_run_group_tests(tests, gt_store_group_setup,
                                 gt_store_group_teardown);
