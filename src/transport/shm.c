@@ -569,6 +569,10 @@ static gang_status create_local(gang_store *store, int rank, int size,
   /* Host identities, and whether each rank may use shared memory at all. */
   int64_t disable = 0;
   GANG_CHECK(gang__setting_int(GANG_SETTING_SHM_DISABLE, &disable));
+  /* Read before the first key is set, so a bad value fails this rank
+   * before the others wait for it. */
+  bool want_cma = true, force_cma = false;
+  GANG_CHECK(cma_setting(&want_cma, &force_cma));
   char id[512], mine[600];
   host_identity(id, sizeof id);
   snprintf(mine, sizeof mine, "%d|%s", disable ? 0 : 1, id);
@@ -675,8 +679,6 @@ static gang_status create_local(gang_store *store, int rank, int size,
     goto done;
   }
   /* Single copy needs every pair to be able to read the other. */
-  bool want_cma = true, force_cma = false;
-  GANG_CHECK_GOTO(cma_setting(&want_cma, &force_cma), st, done);
   bool cma = want_cma && cma_probe(s);
   GANG_CHECK_GOTO(agree(store, "shm/cma", rank, all, n, cma, &s->cma), st,
                   done);
