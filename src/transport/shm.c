@@ -125,14 +125,6 @@ static void on_fabric_fail(void *arg, gang_status st, const char *reason) {
 
 /* ---- Waiting ------------------------------------------------------------- */
 
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ __volatile__("yield");
-#endif
-}
-
 /* The last step a member published. */
 static uint64_t last_step(gang__shm_ctl *ctl) {
   uint64_t last = 0;
@@ -200,7 +192,7 @@ gang_status gang__shm_wait_slow(gang__shm_chan *c, int member, uint64_t seq) {
   for (int i = 0; i < spins; i++) {
     if (atomic_load_explicit(&f->seq, memory_order_acquire) >= seq)
       return GANG_OK;
-    cpu_relax();
+    gang__shm_relax();
     if ((i & 255) == 255 && gang__shm_failed(s) != GANG_OK)
       return arena_failure(c, member, seq);
   }

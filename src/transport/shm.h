@@ -170,6 +170,15 @@ void gang__shm_fail(gang__shm *s, gang_status st, const char *reason);
 
 /* ---- Steps (used by the algorithms) ---- */
 
+/* One pause of a spinning wait. */
+static inline void gang__shm_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
 void gang__shm_ring(gang__shm_wake *w);
 
 /* Publishes step `seq` (release) and wakes sleepers. */

@@ -274,10 +274,11 @@ static void test_abort_from_thread(void **state) {
 /* ---- ranks disagree --------------------------------------------------------
  */
 
+/* arg: the two ranks' counts (floats); NULL for 1000 and 2000. */
 static int mismatch_rank(int rank, int size, void *arg) {
-  (void)arg;
+  const size_t *counts = arg;
   gang_t *g = join(rank, size, 30000);
-  size_t n = rank == 0 ? 1000 : 2000;
+  size_t n = counts ? counts[rank] : rank == 0 ? 1000 : 2000;
   /* Each buffer is exactly as large as its own rank asked for, so an
    * out-of-bounds write would show under ASan. */
   float *buf = calloc(n, sizeof *buf);
@@ -295,6 +296,19 @@ static void test_mismatched_counts(void **state) {
   (void)state;
   g_round++;
   assert_int_equal(gt_run_ranks(2, mismatch_rank, NULL, 30000), 0);
+}
+
+/* Small all_reduces move in flagged lines that carry the call's signature:
+ * different line counts (40 and 80 bytes) and the same line count with
+ * different sizes (80 and 84 bytes) must both be mismatches, not reads of
+ * the other's bytes. */
+static void test_mismatched_small_counts(void **state) {
+  (void)state;
+  size_t pairs[][2] = {{10, 20}, {20, 21}};
+  for (size_t i = 0; i < 2; i++) {
+    g_round++;
+    assert_int_equal(gt_run_ranks(2, mismatch_rank, pairs[i], 30000), 0);
+  }
 }
 
 /* ---- the signature check ------------------------------------------------ */
@@ -405,6 +419,7 @@ int main(void) {
       GT_TEST(test_stopped_peer_times_out),
       GT_TEST(test_abort_from_thread),
       GT_TEST(test_mismatched_counts),
+      GT_TEST(test_mismatched_small_counts),
       GT_TEST(test_signature_check),
       GT_TEST(test_garbage_from_peer),
       GT_TEST(test_bad_shm_cma_setting),
