@@ -62,6 +62,36 @@ static inline bool shm_single_copy(const gang__shm_chan *c, size_t block,
          (!c->oversubscribed || c->cma_oversubscribed);
 }
 
+/* Flagged lines (shm_ll.c): a member's small slot of a step written as
+ * cache lines of SHM_LL_DATA bytes of data and a flag stored after them
+ * (release). The flag names the step and the call's signature. */
+typedef struct shm_ll_line {
+  unsigned char data[56];
+  _Atomic uint64_t flag;
+} shm_ll_line;
+
+_Static_assert(sizeof(shm_ll_line) == 64, "a flagged line is a cache line");
+
+#define SHM_LL_DATA sizeof(((shm_ll_line *)0)->data)
+/* Most bytes one flagged step carries. */
+#define SHM_LL_MAX (GANG_SHM_SMALL / sizeof(shm_ll_line) * SHM_LL_DATA)
+
+static inline shm_ll_line *shm_ll_slot(gang__shm_chan *c, int member,
+                                       uint64_t t) {
+  return (shm_ll_line *)(void *)c->ctl[member]->small[GANG_SHM_LINE(t)];
+}
+
+/* One flagged step: writes `bytes` (1 to SHM_LL_MAX) from src into this
+ * member's lines, publishes, and returns once every member's lines of the step
+ * are complete (*step: the step, for shm_ll_gather). Polls the lines first,
+ * then waits on the step lines, which sleeps, keeps the deadline and reports a
+ * member running another call as GANG_MISMATCH. */
+gang_status shm_ll_step(gang__shm_chan *c, const void *src, size_t bytes,
+                        uint64_t *step);
+/* Copies member's `bytes` of step t out of its flagged lines. */
+void shm_ll_gather(void *dst, gang__shm_chan *c, int member, uint64_t t,
+                   size_t bytes);
+
 /* Staged steps carry at most this many bytes for one destination when a
  * step serves every member (all_to_all, reduce_scatter): the staging
  * buffer split in size parts, whole elements. */

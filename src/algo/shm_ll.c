@@ -1,0 +1,75 @@
+/* Flagged lines (shm_algo.h): a step whose data rides in cache lines that
+ * each end in a flag, so a reader polls every line of every member at once
+ * and waits for one cache-line transfer whatever the size. */
+#include <string.h>
+
+#include "shm_algo.h"
+
+/* Step t and signature sig as one word: t xor a mix of sig (splitmix64's
+ * finaliser, a bijection), so two calls that disagree differ in the high
+ * bits whatever their steps, and a line left from an earlier step never
+ * matches. */
+static uint64_t ll_flag(uint64_t t, uint64_t sig) {
+  uint64_t z = sig + 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return t ^ z ^ (z >> 31);
+}
+
+static bool ll_ready(const shm_ll_line *l, size_t lines, uint64_t flag) {
+  bool ok = true;
+  for (size_t k = 0; k < lines; k++)
+    ok &= atomic_load_explicit(&l[k].flag, memory_order_acquire) == flag;
+  return ok;
+}
+
+/* Polls every other member's lines for a while; false if some are still
+ * missing. */
+static bool ll_poll(gang__shm_chan *c, uint64_t t, size_t lines,
+                    uint64_t flag) {
+  int spins = c->oversubscribed ? 64 : 4096;
+  for (int i = 0; i < spins; i++) {
+    bool ok = true;
+    for (int m = 0; m < c->size; m++)
+      if (m != c->rank)
+        ok &= ll_ready(shm_ll_slot(c, m, t), lines, flag);
+    if (ok)
+      return true;
+    gang__shm_relax();
+  }
+  return false;
+}
+
+gang_status shm_ll_step(gang__shm_chan *c, const void *src, size_t bytes,
+                        uint64_t *step) {
+  const unsigned char *s = src;
+  size_t lines = (bytes + SHM_LL_DATA - 1) / SHM_LL_DATA;
+  uint64_t t = ++c->step;
+  *step = t;
+  GANG_CHECK(gang__shm_begin_line(c, t));
+  uint64_t flag = ll_flag(t, c->sig);
+  shm_ll_line *mine = shm_ll_slot(c, c->rank, t);
+  for (size_t k = 0, off = 0; k < lines; k++, off += SHM_LL_DATA) {
+    memcpy(mine[k].data, s + off,
+           bytes - off < SHM_LL_DATA ? bytes - off : SHM_LL_DATA);
+    atomic_store_explicit(&mine[k].flag, flag, memory_order_release);
+  }
+  /* The step line still goes out: later steps' begin rules and the
+   * fallback below read it. */
+  gang__shm_publish(c, t);
+  if (ll_poll(c, t, lines, flag))
+    return GANG_OK;
+  /* Not there yet: wait on the step lines, which sleeps, keeps the
+   * deadline and names a member that runs another call. A member's step
+   * line goes out after its flagged lines, so they are complete then. */
+  return gang__shm_wait_all(c, t);
+}
+
+void shm_ll_gather(void *dst, gang__shm_chan *c, int member, uint64_t t,
+                   size_t bytes) {
+  unsigned char *d = dst;
+  const shm_ll_line *l = shm_ll_slot(c, member, t);
+  for (size_t off = 0; off < bytes; off += SHM_LL_DATA, l++)
+    memcpy(d + off, l->data,
+           bytes - off < SHM_LL_DATA ? bytes - off : SHM_LL_DATA);
+}
