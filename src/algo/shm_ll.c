@@ -16,6 +16,8 @@ static uint64_t ll_flag(uint64_t t, uint64_t sig) {
   return t ^ z ^ (z >> 31);
 }
 
+/* Every line of one member is loaded in one pass (no early exit), so the
+ * loads go out together and the lines cross in parallel. */
 static bool ll_ready(const shm_ll_line *l, size_t lines, uint64_t flag) {
   bool ok = true;
   for (size_t k = 0; k < lines; k++)
@@ -23,17 +25,18 @@ static bool ll_ready(const shm_ll_line *l, size_t lines, uint64_t flag) {
   return ok;
 }
 
-/* Polls every other member's lines for a while; false if some are still
- * missing. */
+/* Polls the other members' lines for a while; false if some are still
+ * missing. A pass stops at the first member not complete and the next
+ * starts there, so with many members a pass costs one member's lines
+ * while one is late, and the spin stays as short as a step-line wait's. */
 static bool ll_poll(gang__shm_chan *c, uint64_t t, size_t lines,
                     uint64_t flag) {
   int spins = c->oversubscribed ? 64 : 4096;
+  int m = c->rank == 0 ? 1 : 0;
   for (int i = 0; i < spins; i++) {
-    bool ok = true;
-    for (int m = 0; m < c->size; m++)
-      if (m != c->rank)
-        ok &= ll_ready(shm_ll_slot(c, m, t), lines, flag);
-    if (ok)
+    while (m < c->size && ll_ready(shm_ll_slot(c, m, t), lines, flag))
+      m = m + 1 == c->rank ? m + 2 : m + 1;
+    if (m >= c->size)
       return true;
     gang__shm_relax();
   }

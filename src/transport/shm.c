@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -392,7 +393,7 @@ static gang_status cma_setting(bool *allowed, bool *forced) {
   const char *v = gang__setting_str(GANG_SETTING_SHM_CMA);
   *allowed = true;
   *forced = false;
-  if (strcmp(v, "auto") == 0 || *v == '\0')
+  if (strcasecmp(v, "auto") == 0 || *v == '\0')
     return GANG_OK;
   bool b;
   if (gang__parse_bool("GANG_SHM_CMA", v, &b) != GANG_OK)
@@ -561,8 +562,9 @@ static gang_status create_local(gang_store *store, int rank, int size,
   /* Host identities, and whether each rank may use shared memory at all. */
   int64_t disable = 0;
   GANG_CHECK(gang__setting_int(GANG_SETTING_SHM_DISABLE, &disable));
-  /* Read before the first key is set, so a bad value fails this rank
-   * before the others wait for it. */
+  /* Read before the first key is set, so a bad value fails this rank at
+   * once, before it takes part in any agreement (the others then fail at
+   * their store timeout, waiting for its keys). */
   bool want_cma = true, force_cma = false;
   GANG_CHECK(cma_setting(&want_cma, &force_cma));
   char id[512], mine[600];

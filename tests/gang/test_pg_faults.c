@@ -8,6 +8,7 @@
  * memory unless a test sets GANG_SHM_DISABLE. */
 #include <dirent.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
@@ -411,6 +412,55 @@ static void test_bad_shm_cma_setting(void **state) {
   assert_int_equal(rc, 0);
 }
 
+/* ---- Ranks of one host that see different machines --------------------- */
+
+/* Rank 0 may run on one CPU only, so it counts its host (two ranks) as
+ * oversubscribed where rank 1 does not; rank 1 alone forces single copy.
+ * Both choose algorithms from these, so they must agree (through the
+ * store) or their steps would not line up: large broadcast, all_gather
+ * and reduce_scatter, checked. */
+static int cpus_rank(int rank, int size, void *arg) {
+  (void)arg;
+  if (rank == 0) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(sched_getcpu() < 0 ? 0 : sched_getcpu(), &one);
+    RCHECK(sched_setaffinity(0, sizeof one, &one) == 0);
+  } else {
+    setenv("GANG_SHM_CMA", "1", 1);
+  }
+  gang_t *g = join(rank, size, 20000);
+  size_t n = (size_t)1 << 18; /* floats: 1 MiB */
+  float *a = malloc(n * sizeof *a), *all = malloc(2 * n * sizeof *all);
+  RCHECK(a != NULL && all != NULL);
+  for (size_t i = 0; i < n; i++)
+    a[i] = rank == 0 ? (float)(i % 1000) : -1.0f;
+  RCHECK_OK(gang_broadcast(g, a, n, GANG_FLOAT32, 0));
+  for (size_t i = 0; i < n; i++)
+    RCHECK(a[i] == (float)(i % 1000));
+  for (size_t i = 0; i < n; i++)
+    a[i] = (float)(rank * 7 + (int)(i % 5));
+  RCHECK_OK(gang_all_gather(g, all, a, n, GANG_FLOAT32));
+  for (int q = 0; q < 2; q++)
+    for (size_t i = 0; i < n; i++)
+      RCHECK(all[(size_t)q * n + i] == (float)(q * 7 + (int)(i % 5)));
+  for (size_t i = 0; i < 2 * n; i++)
+    all[i] = (float)(rank + (int)(i % 3));
+  RCHECK_OK(gang_reduce_scatter(g, a, all, n, GANG_FLOAT32, GANG_SUM));
+  for (size_t i = 0; i < n; i++)
+    RCHECK(a[i] == (float)(1 + 2 * (int)(((size_t)rank * n + i) % 3)));
+  free(a);
+  free(all);
+  gang_destroy(g);
+  return 0;
+}
+
+static void test_ranks_that_count_cpus_differently(void **state) {
+  (void)state;
+  g_round++;
+  assert_int_equal(gt_run_ranks(2, cpus_rank, NULL, 60000), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       GT_TEST(test_kill9_during_all_reduce),
@@ -423,6 +473,7 @@ int main(void) {
       GT_TEST(test_signature_check),
       GT_TEST(test_garbage_from_peer),
       GT_TEST(test_bad_shm_cma_setting),
+      GT_TEST(test_ranks_that_count_cpus_differently),
   };
   return cmocka_run_group_tests(tests, gt_store_group_setup,
                                 gt_store_group_teardown);
