@@ -437,10 +437,14 @@ static gang_status set_key(gang_store *st, const char *prefix, int rank,
   return gang_store_set(st, key, value, strlen(value));
 }
 
-/* Every local rank says `mine`; true when all said "1". */
-static gang_status agree(gang_store *st, const char *prefix, int rank,
-                         const int *ranks, int n, bool mine, bool *all) {
-  GANG_CHECK(set_key(st, prefix, rank, mine ? "1" : "0"));
+/* Every local rank says `mine` (up to 3 flags, one digit); *all gets the
+ * flags every one of them set. One store round for several yes/no
+ * questions. */
+static gang_status agree_flags(gang_store *st, const char *prefix, int rank,
+                               const int *ranks, int n, unsigned mine,
+                               unsigned *all) {
+  char digit[2] = {(char)('0' + (mine & 7)), '\0'};
+  GANG_CHECK(set_key(st, prefix, rank, digit));
   void **v = calloc((size_t)n, sizeof *v);
   size_t *l = calloc((size_t)n, sizeof *l);
   if (v == NULL || l == NULL) {
@@ -450,16 +454,25 @@ static gang_status agree(gang_store *st, const char *prefix, int rank,
   }
   gang_status rc = get_local_keys(st, prefix, ranks, n, v, l);
   if (rc == GANG_OK) {
-    *all = true;
+    *all = 7;
     for (int i = 0; i < n; i++) {
-      if (l[i] != 1 || ((char *)v[i])[0] != '1')
-        *all = false;
+      char c = l[i] == 1 ? *(char *)v[i] : '0';
+      *all &= c >= '0' && c <= '7' ? (unsigned)(c - '0') : 0u;
       gang_store_free(v[i]);
     }
   }
   free(v);
   free(l);
   return rc;
+}
+
+/* Every local rank says `mine`; true when all said yes. */
+static gang_status agree(gang_store *st, const char *prefix, int rank,
+                         const int *ranks, int n, bool mine, bool *all) {
+  unsigned got = 0;
+  GANG_CHECK(agree_flags(st, prefix, rank, ranks, n, mine ? 1u : 0u, &got));
+  *all = got & 1u;
+  return GANG_OK;
 }
 
 /* The leader makes the memfd and lays out the arena. */
@@ -673,23 +686,21 @@ static gang_status create_local(gang_store *store, int rank, int size,
     goto done;
   }
   /* Single copy needs every pair to be able to read the other. */
-  bool cma = want_cma && cma_probe(s);
-  GANG_CHECK_GOTO(agree(store, "shm/cma", rank, all, n, cma, &s->cma), st,
-                  done);
-  /* Agreed, because it chooses algorithms (single copy or staged), not
-   * just spin lengths: ranks pinned to different CPU sets may count
-   * differently. One rank that sees fewer CPUs than local ranks makes the
-   * host oversubscribed. */
-  bool roomy = false;
-  GANG_CHECK_GOTO(agree(store, "shm/roomy", rank, all, n,
-                        n <= gang__cpus_available(), &roomy),
+  /* Single copy, room (no more local ranks than CPUs) and forced single
+   * copy, agreed in one round because they choose algorithms: every rank
+   * must choose the same. Ranks pinned to different CPU sets may count
+   * differently; one that sees fewer CPUs than local ranks makes the host
+   * oversubscribed. */
+  enum { AGREE_CMA = 1, AGREE_ROOMY = 2, AGREE_FORCED = 4 };
+  unsigned flags = (want_cma && cma_probe(s) ? AGREE_CMA : 0) |
+                   (n <= gang__cpus_available() ? AGREE_ROOMY : 0) |
+                   (force_cma ? AGREE_FORCED : 0);
+  unsigned agreed = 0;
+  GANG_CHECK_GOTO(agree_flags(store, "shm/algo", rank, all, n, flags, &agreed),
                   st, done);
-  s->oversubscribed = !roomy;
-  bool forced = false;
-  GANG_CHECK_GOTO(
-      agree(store, "shm/cma-forced", rank, all, n, force_cma, &forced), st,
-      done);
-  s->cma_oversubscribed = s->cma && forced;
+  s->cma = agreed & AGREE_CMA;
+  s->oversubscribed = !(agreed & AGREE_ROOMY);
+  s->cma_oversubscribed = s->cma && (agreed & AGREE_FORCED);
   s->local_of = local_of;
   local_of = NULL;
   gang__fabric_set_fail_hook(fabric, on_fabric_fail, s);

@@ -123,6 +123,10 @@ static int wait_with_deadline(pid_t pid, int64_t deadline) {
   }
 }
 
+int gt_wait_child(pid_t pid, int timeout_ms) {
+  return wait_with_deadline(pid, now_ms() + timeout_ms);
+}
+
 static void print_status(const char *who, int status) {
   if (status == -1)
     fprintf(stderr, "%s: killed by the watchdog (timeout)\n", who);

@@ -31,6 +31,10 @@ typedef int (*gt_rank_fn)(int rank, int size, void *arg);
  * each child's output and status and returns -1. No child outlives it. */
 int gt_run_ranks(int size, gt_rank_fn fn, void *arg, int timeout_ms);
 
+/* Waits up to timeout_ms for child `pid`, then kills it (SIGKILL). Returns
+ * its wait status, or -1 when the watchdog killed it. */
+int gt_wait_child(pid_t pid, int timeout_ms);
+
 /* Runs argv (argv[0] is a path) with extra environment entries envp
  * ("NAME=value", NULL-terminated, may be NULL), stdin from /dev/null.
  * Captures stdout+stderr into *output (malloc'd, NUL-terminated; caller

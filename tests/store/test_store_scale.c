@@ -2,7 +2,6 @@
  * everyone's), and 1024 concurrent connections from 16 processes while a
  * parked get on another connection blocks none of them. */
 #include <fcntl.h>
-#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -145,24 +144,6 @@ static pid_t start_parked_get(void) {
   _exit(0);
 }
 
-/* Waits up to timeout_ms for pid; -1 (after killing it) if it is still
- * running then. */
-static int reap(pid_t pid, int timeout_ms) {
-  int64_t end = gang__now_ns() + (int64_t)timeout_ms * 1000000;
-  for (;;) {
-    int status;
-    pid_t r = waitpid(pid, &status, WNOHANG);
-    if (r == pid)
-      return status;
-    if (r < 0 || gang__now_ns() > end) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      return -1;
-    }
-    usleep(1000);
-  }
-}
-
 static void test_1024_connections(void **state) {
   (void)state;
   gt_store_proc srv = start();
@@ -181,7 +162,7 @@ static void test_1024_connections(void **state) {
   int status;
   assert_int_equal(waitpid(getter, &status, WNOHANG), 0);
   assert_gang_ok(gang_store_set(ctl, "release", "x", 1));
-  status = reap(getter, 60000);
+  status = gt_wait_child(getter, 60000);
   assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   int64_t n;
   assert_gang_ok(gang_store_add(ctl, "joined", 0, &n));
