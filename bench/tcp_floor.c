@@ -12,7 +12,9 @@
  *                                        at most n bytes in turn
  *
  * Socket buffers are left to the kernel unless TCP_FLOOR_BUF is set (bytes
- * for SO_SNDBUF and SO_RCVBUF). Prints the median over `iters`. */
+ * for SO_SNDBUF and SO_RCVBUF), the congestion control to the system unless
+ * TCP_FLOOR_CC names one (gang uses reno on this host's connections).
+ * Prints the median over `iters`. */
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -46,6 +48,10 @@ static void tune(int fd) {
     setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof v);
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof v);
   }
+  const char *cc = getenv("TCP_FLOOR_CC");
+  if (cc != NULL &&
+      setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc, (socklen_t)strlen(cc)))
+    perror("TCP_CONGESTION");
 }
 
 /* Moves `out` bytes out and `in` bytes in at once, spinning on
@@ -112,6 +118,10 @@ int main(int argc, char **argv) {
   close(lfd);
   int leader = child != 0;
   char *sbuf = calloc(1, bytes + 1), *rbuf = calloc(1, bytes + 1);
+  /* Written, so that sends read pages of their own as a library's do, not
+   * calloc's shared zero page (no difference measured here, 2026-11-23). */
+  if (sbuf != NULL)
+    memset(sbuf, 0x5a, bytes + 1);
   double *t = calloc((size_t)iters, sizeof *t);
   int pp = strcmp(mode, "pingpong") == 0, duplex = strcmp(mode, "duplex") == 0;
   int warm = iters / 10 + 1;

@@ -22,6 +22,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <strings.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -109,7 +113,11 @@ struct gang__fabric {
   int64_t spin_ns; /* GANG_TCP_SPIN_US */
   size_t piece;    /* GANG_TCP_PIECE, 0: sends are never paced */
   int sockbuf;     /* GANG_SOCKET_BUFFER, 0: the kernel's */
-  uint64_t moved;  /* syscalls that moved bytes, for the spin */
+  /* GANG_TCP_CONGESTION: cc_all set on every connection; else, unless
+   * cc_keep, "reno" on those that stay on this host. */
+  char cc[16]; /* the kernel's TCP_CA_NAME_MAX */
+  bool cc_all, cc_keep;
+  uint64_t moved; /* syscalls that moved bytes, for the spin */
 };
 
 int gang__fabric_rank(const gang__fabric *f) { return f->rank; }
@@ -993,6 +1001,86 @@ static void set_sockbuf(const gang__fabric *f, int fd) {
     GANG_WARN(TCP, "GANG_SOCKET_BUFFER=%d: %s", f->sockbuf, strerror(errno));
 }
 
+/* Whether the connection on fd stays on this host: the peer's address is
+ * a loopback one, or this socket's own (a host connecting to one of its
+ * own addresses goes through the loopback device). */
+static bool on_this_host(int fd) {
+  struct sockaddr_storage me, them;
+  socklen_t ml = sizeof me, tl = sizeof them;
+  if (getsockname(fd, (struct sockaddr *)&me, &ml) != 0 ||
+      getpeername(fd, (struct sockaddr *)&them, &tl) != 0 ||
+      me.ss_family != them.ss_family)
+    return false;
+  if (them.ss_family == AF_INET) {
+    const struct sockaddr_in *a = (const void *)&me, *b = (const void *)&them;
+    return (ntohl(b->sin_addr.s_addr) >> 24) == 127 ||
+           a->sin_addr.s_addr == b->sin_addr.s_addr;
+  }
+  if (them.ss_family == AF_INET6) {
+    const struct sockaddr_in6 *a = (const void *)&me, *b = (const void *)&them;
+    const struct in6_addr *x = &b->sin6_addr;
+    return IN6_IS_ADDR_LOOPBACK(x) ||
+           (IN6_IS_ADDR_V4MAPPED(x) && x->s6_addr[12] == 127) ||
+           memcmp(&a->sin6_addr, x, sizeof *x) == 0;
+  }
+  return false;
+}
+
+/* Applies GANG_TCP_CONGESTION to a new peer connection. Only a name the
+ * user asked for can fail: it was tried at creation (cc_setting). */
+static gang_status set_congestion(const gang__fabric *f, int fd,
+                                  const char *peer) {
+  if (f->cc_keep || (!f->cc_all && !on_this_host(fd)))
+    return GANG_OK;
+  if (setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, f->cc,
+                 (socklen_t)strlen(f->cc)) == 0)
+    return GANG_OK;
+  if (f->cc_all)
+    return gang__error_errno(GANG_INVALID_ARGUMENT, errno,
+                             "GANG_TCP_CONGESTION=%s on the connection to %s",
+                             f->cc, peer);
+  GANG_INFO(TCP, "congestion control %s for %s: %s; the system's stays", f->cc,
+            peer, strerror(errno));
+  return GANG_OK;
+}
+
+/* Reads GANG_TCP_CONGESTION and, for a name, tries it on a throwaway
+ * socket, so a typo or a forbidden one fails before any connection. */
+static gang_status cc_setting(gang__fabric *f) {
+  const char *v = gang__setting_str(GANG_SETTING_TCP_CONGESTION);
+  f->cc_all = f->cc_keep = false;
+  snprintf(f->cc, sizeof f->cc, "reno");
+  if (*v == '\0' || strcasecmp(v, "auto") == 0)
+    return GANG_OK;
+  if (strcasecmp(v, "system") == 0) {
+    f->cc_keep = true;
+    return GANG_OK;
+  }
+  if (strlen(v) >= sizeof f->cc)
+    return gang__error(GANG_INVALID_ARGUMENT,
+                       "GANG_TCP_CONGESTION='%s': longer than any congestion "
+                       "control's name (%zu)",
+                       v, sizeof f->cc - 1);
+  snprintf(f->cc, sizeof f->cc, "%s", v);
+  f->cc_all = true;
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return gang__error_errno(GANG_SYSTEM, errno, "fabric: socket");
+  int rc = setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, f->cc,
+                      (socklen_t)strlen(f->cc));
+  int e = errno;
+  close(fd);
+  if (rc == 0)
+    return GANG_OK;
+  return gang__error(GANG_INVALID_ARGUMENT, "GANG_TCP_CONGESTION='%s': %s (%s)",
+                     v,
+                     e == ENOENT  ? "the kernel has no such congestion control"
+                     : e == EPERM ? "not allowed for this user (see "
+                                    "net.ipv4.tcp_allowed_congestion_control)"
+                                  : "refused",
+                     strerror(e));
+}
+
 static gang_status split_hostport(const char *s, char *host, size_t cap,
                                   int *port) {
   const char *colon = strrchr(s, ':');
@@ -1052,6 +1140,8 @@ static gang_status connect_lower(gang__fabric *f,
     hello_decode(b, &them);
     st = hello_check(f, &them, token, peer, c->name);
   }
+  if (st == GANG_OK)
+    st = set_congestion(f, fd, c->name);
   if (st != GANG_OK) {
     close(fd);
     return st;
@@ -1109,6 +1199,8 @@ static gang_status accept_higher(gang__fabric *f,
     conn *c = &f->conns[them.rank];
     snprintf(c->name, sizeof c->name, "rank %u", them.rank);
     st = gang__sock_write_full(fd, b, HELLO_LEN, cfg->deadline, -1, c->name);
+    if (st == GANG_OK)
+      st = set_congestion(f, fd, c->name);
     if (st != GANG_OK) {
       close(fd);
       return st;
@@ -1193,6 +1285,7 @@ gang_status gang__fabric_create(const gang__fabric_config *cfg,
   }
   f->spin_ns = spin_us * 1000;
   f->sockbuf = (int)sockbuf;
+  GANG_CHECK_GOTO(cc_setting(f), st, fail);
   f->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (f->wakefd < 0) {
     st = gang__error_errno(GANG_SYSTEM, errno, "fabric: eventfd");

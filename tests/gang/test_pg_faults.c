@@ -7,11 +7,14 @@
  * /dev/shm. The ranks share this host, so collectives go over shared
  * memory unless a test sets GANG_SHM_DISABLE. */
 #include <dirent.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -388,8 +391,8 @@ static void test_garbage_from_peer(void **state) {
 
 /* ---- A malformed setting is an error naming it, on every rank ---------- */
 
-static int bad_cma_rank(int rank, int size, void *arg) {
-  (void)arg;
+/* arg: the setting's expected text in the error. */
+static int bad_setting_rank(int rank, int size, void *arg) {
   char addr[160];
   snprintf(addr, sizeof addr, "127.0.0.1:%d/faults%d", gt_store_port(),
            g_round);
@@ -399,7 +402,8 @@ static int bad_cma_rank(int rank, int size, void *arg) {
   RCHECK(gang_create_with_store(&o, addr, rank, size, &g) ==
          GANG_INVALID_ARGUMENT);
   RCHECK(g == NULL);
-  RCHECK(strstr(gang_last_error(), "GANG_SHM_CMA='sometimes'") != NULL);
+  fprintf(stderr, "rank %d: %s\n", rank, gang_last_error());
+  RCHECK(strstr(gang_last_error(), (const char *)arg) != NULL);
   return 0;
 }
 
@@ -407,8 +411,72 @@ static void test_bad_shm_cma_setting(void **state) {
   (void)state;
   setenv("GANG_SHM_CMA", "sometimes", 1);
   g_round++;
-  int rc = gt_run_ranks(2, bad_cma_rank, NULL, 60000);
+  int rc = gt_run_ranks(2, bad_setting_rank, "GANG_SHM_CMA='sometimes'", 60000);
   unsetenv("GANG_SHM_CMA");
+  assert_int_equal(rc, 0);
+}
+
+static void test_bad_tcp_congestion_setting(void **state) {
+  (void)state;
+  const char *bad[] = {"no-such-cc", "a-name-longer-than-sixteen"};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    setenv("GANG_TCP_CONGESTION", bad[i], 1);
+    char want[64];
+    snprintf(want, sizeof want, "GANG_TCP_CONGESTION='%s'", bad[i]);
+    g_round++;
+    int rc = gt_run_ranks(2, bad_setting_rank, want, 60000);
+    unsetenv("GANG_TCP_CONGESTION");
+    assert_int_equal(rc, 0);
+  }
+}
+
+/* ---- The congestion control of connections that stay on this host ------ */
+
+/* arg: the congestion control the connection to the peer must use. The
+ * ranks meet over 127.0.0.1, so by default (auto) it is reno, whatever the
+ * system's; the gang must still work. */
+static int cc_rank(int rank, int size, void *arg) {
+  gang_t *g = join(rank, size, 20000);
+  int fd = gang__fabric_peer_fd(gang__pg_fabric(g), 1 - rank);
+  RCHECK(fd >= 0);
+  char cc[16] = "";
+  socklen_t len = sizeof cc - 1;
+  RCHECK(getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc, &len) == 0);
+  fprintf(stderr, "rank %d: %s (want %s)\n", rank, cc, (const char *)arg);
+  RCHECK(strcmp(cc, (const char *)arg) == 0);
+  float x[4] = {1, 2, 3, (float)rank};
+  RCHECK_OK(gang_all_reduce(g, x, 4, GANG_FLOAT32, GANG_SUM));
+  RCHECK(x[0] == 2 && x[3] == 1);
+  gang_destroy(g);
+  return 0;
+}
+
+/* The system's default, as new sockets get it. */
+static void system_cc(char *out, size_t cap) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  assert_true(fd >= 0);
+  socklen_t len = (socklen_t)cap - 1;
+  memset(out, 0, cap);
+  assert_int_equal(getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, out, &len), 0);
+  close(fd);
+}
+
+static void test_congestion_control_on_this_host(void **state) {
+  (void)state;
+  char sys[16];
+  system_cc(sys, sizeof sys);
+  g_round++;
+  assert_int_equal(gt_run_ranks(2, cc_rank, "reno", 60000), 0);
+  setenv("GANG_TCP_CONGESTION", "system", 1);
+  g_round++;
+  int rc = gt_run_ranks(2, cc_rank, sys, 60000);
+  unsetenv("GANG_TCP_CONGESTION");
+  assert_int_equal(rc, 0);
+  /* A name is set on every connection (reno is always allowed). */
+  setenv("GANG_TCP_CONGESTION", "reno", 1);
+  g_round++;
+  rc = gt_run_ranks(2, cc_rank, "reno", 60000);
+  unsetenv("GANG_TCP_CONGESTION");
   assert_int_equal(rc, 0);
 }
 
@@ -473,6 +541,8 @@ int main(void) {
       GT_TEST(test_signature_check),
       GT_TEST(test_garbage_from_peer),
       GT_TEST(test_bad_shm_cma_setting),
+      GT_TEST(test_bad_tcp_congestion_setting),
+      GT_TEST(test_congestion_control_on_this_host),
       GT_TEST(test_ranks_that_count_cpus_differently),
   };
   return cmocka_run_group_tests(tests, gt_store_group_setup,
