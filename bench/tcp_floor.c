@@ -9,7 +9,11 @@
  *                                        poll when stuck unless
  *                                        TCP_FLOOR_SPIN is set; with
  *                                        TCP_FLOOR_PIECE=n, as exchanges of
- *                                        at most n bytes in turn
+ *                                        at most n bytes in turn; with
+ *                                        TCP_FLOOR_HDR=h (up to 4096), each
+ *                                        exchange framed as gang's: h bytes
+ *                                        of header before the payload, in
+ *                                        the same sendmsg
  *
  * Socket buffers are left to the kernel unless TCP_FLOOR_BUF is set (bytes
  * for SO_SNDBUF and SO_RCVBUF), the congestion control to the system unless
@@ -24,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -55,27 +60,39 @@ static void tune(int fd) {
 }
 
 /* Moves `out` bytes out and `in` bytes in at once, spinning on
- * non-blocking calls and sleeping in poll only when neither can move. */
+ * non-blocking calls and sleeping in poll only when neither can move. With
+ * hdr > 0, each direction is a frame as gang's: hdr bytes of header and
+ * the payload, written by one sendmsg, the header read first. */
 static int pump(int fd, const char *sbuf, size_t out, char *rbuf, size_t in,
-                int spin) {
+                int spin, size_t hdr) {
+  static char shdr[4096], rhdr[4096];
+  size_t sf = out ? out + hdr : 0, rf = in ? in + hdr : 0;
   size_t so = 0, ro = 0;
-  while (so < out || ro < in) {
+  while (so < sf || ro < rf) {
     int moved = 0;
-    if (so < out) {
-      ssize_t w = send(fd, sbuf + so, out - so, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (so < sf) {
+      struct iovec iov[2];
+      int n = 0;
+      if (so < hdr)
+        iov[n++] = (struct iovec){shdr + so, hdr - so};
+      size_t po = so > hdr ? so - hdr : 0;
+      iov[n++] = (struct iovec){(char *)sbuf + po, out - po};
+      struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+      ssize_t w = sendmsg(fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
       if (w > 0) {
         so += (size_t)w;
         moved = 1;
       } else if (w < 0 && errno != EAGAIN)
         return -1;
     }
-    if (ro < in && spin == 2) {
+    if (ro < rf && spin == 2) {
       struct pollfd p = {fd, POLLIN, 0};
       if (poll(&p, 1, 0) == 0)
         continue;
     }
-    if (ro < in) {
-      ssize_t r = recv(fd, rbuf + ro, in - ro, MSG_DONTWAIT);
+    if (ro < rf) {
+      ssize_t r = ro < hdr ? recv(fd, rhdr + ro, hdr - ro, MSG_DONTWAIT)
+                           : recv(fd, rbuf + (ro - hdr), rf - ro, MSG_DONTWAIT);
       if (r > 0) {
         ro += (size_t)r;
         moved = 1;
@@ -84,7 +101,7 @@ static int pump(int fd, const char *sbuf, size_t out, char *rbuf, size_t in,
     }
     if (!moved && !spin) {
       struct pollfd p = {
-          fd, (short)((ro < in ? POLLIN : 0) | (so < out ? POLLOUT : 0)), 0};
+          fd, (short)((ro < rf ? POLLIN : 0) | (so < sf ? POLLOUT : 0)), 0};
       poll(&p, 1, 1000);
     }
   }
@@ -131,13 +148,19 @@ int main(int argc, char **argv) {
     int rc;
     if (pp) {
       int sp = spin ? spin : 1;
-      rc = leader ? pump(fd, sbuf, bytes, NULL, 0, sp) ||
-                        pump(fd, NULL, 0, rbuf, bytes, sp)
-                  : pump(fd, NULL, 0, rbuf, bytes, sp) ||
-                        pump(fd, sbuf, bytes, NULL, 0, sp);
+      rc = leader ? pump(fd, sbuf, bytes, NULL, 0, sp, 0) ||
+                        pump(fd, NULL, 0, rbuf, bytes, sp, 0)
+                  : pump(fd, NULL, 0, rbuf, bytes, sp, 0) ||
+                        pump(fd, sbuf, bytes, NULL, 0, sp, 0);
     } else if (duplex) {
       /* TCP_FLOOR_PIECE: the same bytes as exchanges of at most that many
-       * bytes, one after the other (each waits for the other side's). */
+       * bytes, one after the other (each waits for the other side's).
+       * TCP_FLOOR_HDR: each exchange a frame with a header that long. */
+      size_t hdr = getenv("TCP_FLOOR_HDR")
+                       ? strtoull(getenv("TCP_FLOOR_HDR"), NULL, 0)
+                       : 0;
+      if (hdr > 4096)
+        hdr = 4096;
       size_t piece = getenv("TCP_FLOOR_PIECE")
                          ? strtoull(getenv("TCP_FLOOR_PIECE"), NULL, 0)
                          : 0;
@@ -146,14 +169,14 @@ int main(int argc, char **argv) {
       rc = 0;
       for (size_t o = 0; o < bytes && rc == 0; o += piece) {
         size_t n = bytes - o < piece ? bytes - o : piece;
-        rc = pump(fd, sbuf + o, n, rbuf + o, n, spin);
+        rc = pump(fd, sbuf + o, n, rbuf + o, n, spin, hdr);
       }
     } else {
-      rc = leader ? pump(fd, sbuf, bytes, NULL, 0, 0)
-                  : pump(fd, NULL, 0, rbuf, bytes, 0);
+      rc = leader ? pump(fd, sbuf, bytes, NULL, 0, 0, 0)
+                  : pump(fd, NULL, 0, rbuf, bytes, 0, 0);
       /* one byte back so the sender times delivery, not buffering */
-      rc = rc || (leader ? pump(fd, NULL, 0, rbuf, 1, 1)
-                         : pump(fd, sbuf, 1, NULL, 0, 1));
+      rc = rc || (leader ? pump(fd, NULL, 0, rbuf, 1, 1, 0)
+                         : pump(fd, sbuf, 1, NULL, 0, 1, 0));
     }
     if (rc != 0) {
       perror("pump");
