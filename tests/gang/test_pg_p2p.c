@@ -67,6 +67,74 @@ static void test_early_messages(void **state) {
   assert_int_equal(gt_run_ranks(2, order_rank, NULL, 60000), 0);
 }
 
+/* ---- Frame sizes around the pad ------------------------------------------
+ * DATA frames of 64 KiB or more carry a pad between header and payload
+ * (PAD_MIN in src/transport/fabric.c). Messages of every size around it,
+ * arriving early (65536 is buffered at once, 65537 waits in the socket) and
+ * received out of order, then paced exchanges whose pieces (100 bytes) end
+ * inside the pad. */
+#define PAD_MIN ((size_t)64 << 10)
+static const size_t pad_sizes[] = {1, PAD_MIN - 1, PAD_MIN, PAD_MIN + 1,
+                                   300001};
+#define NPAD (sizeof pad_sizes / sizeof *pad_sizes)
+
+static int pad_rank(int rank, int size, void *arg) {
+  (void)arg;
+  setenv("GANG_SHM_DISABLE", "1", 1);
+  setenv("GANG_TCP_PIECE", "100", 1);
+  gang_t *g = join(rank, size);
+  size_t max = pad_sizes[NPAD - 1];
+  uint8_t *bufs[NPAD], *all = malloc(2 * max), *mine = malloc(max);
+  RCHECK(all != NULL && mine != NULL);
+  for (size_t k = 0; k < NPAD; k++) {
+    bufs[k] = calloc(1, pad_sizes[k]);
+    RCHECK(bufs[k] != NULL);
+  }
+  if (rank == 0) {
+    gang_work *w[NPAD];
+    for (size_t k = 0; k < NPAD; k++) {
+      for (size_t i = 0; i < pad_sizes[k]; i++)
+        bufs[k][i] = pattern((int)k, i);
+      RCHECK_OK(gang_send_post(g, bufs[k], pad_sizes[k], 1, (int)k, &w[k]));
+    }
+    for (size_t k = 0; k < NPAD; k++) {
+      RCHECK_OK(gang_work_wait(w[k], -1));
+      gang_work_free(w[k]);
+    }
+  } else {
+    struct timespec ts = {0, 50 * 1000 * 1000};
+    nanosleep(&ts, NULL); /* let them all arrive first */
+    for (size_t k = NPAD; k-- > 0;) {
+      RCHECK_OK(gang_recv(g, bufs[k], pad_sizes[k], 0, (int)k));
+      for (size_t i = 0; i < pad_sizes[k]; i++)
+        RCHECK(bufs[k][i] == pattern((int)k, i));
+    }
+  }
+  for (size_t k = 0; k < NPAD; k++) {
+    size_t n = pad_sizes[k];
+    for (size_t i = 0; i < n; i++)
+      mine[i] = pattern(rank + 10 * (int)k, i);
+    memset(all, 0, 2 * n);
+    RCHECK_OK(gang_all_gather(g, all, mine, n, GANG_UINT8));
+    for (int q = 0; q < 2; q++)
+      for (size_t i = 0; i < n; i++)
+        RCHECK(all[(size_t)q * n + i] == pattern(q + 10 * (int)k, i));
+  }
+  RCHECK_OK(gang_barrier(g));
+  for (size_t k = 0; k < NPAD; k++)
+    free(bufs[k]);
+  free(all);
+  free(mine);
+  gang_destroy(g);
+  return 0;
+}
+
+static void test_sizes_around_the_pad(void **state) {
+  (void)state;
+  g_round++;
+  assert_int_equal(gt_run_ranks(2, pad_rank, NULL, 60000), 0);
+}
+
 static int death_rank(int rank, int size, void *arg) {
   (void)arg;
   gang_t *g = join(rank, size);
@@ -239,6 +307,7 @@ static void test_nan_results_identical(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       GT_TEST(test_early_messages),
+      GT_TEST(test_sizes_around_the_pad),
       GT_TEST(test_peer_dies_with_message_waiting),
       GT_TEST(test_send_after_peer_left),
       GT_TEST(test_posted_receive_outlives_gang),
