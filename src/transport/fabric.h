@@ -55,8 +55,8 @@ typedef struct gang__xfer {
   /* send, optional: a receive started with it (the other half of an
    * exchange). The send then runs at most one piece (GANG_TCP_PIECE) ahead
    * of what has arrived for that receive, so the two directions move in
-   * lockstep instead of streaming freely: on loopback this measured 2-3x
-   * faster for large exchanges (docs/performance.md). */
+   * lockstep instead of streaming freely (docs/fabric.md, "Paced
+   * exchanges": what it measured, and how the piece is chosen). */
   const struct gang__xfer *pace;
 
   struct gang__xfer *next; /* engine: queue link */
