@@ -190,6 +190,10 @@ static gang_status parse_typed(const struct setting *s, const char *text,
   return gang__error(GANG_INTERNAL, "%s is a string setting", s->name);
 }
 
+bool gang__setting_is_set(gang__setting_id id) {
+  return getenv(settings[id].name) != NULL;
+}
+
 const char *gang__setting_str(gang__setting_id id) {
   const struct setting *s = &settings[id];
   const char *v = getenv(s->name);

@@ -21,6 +21,10 @@ typedef enum gang__setting_id {
  * value is GANG_INVALID_ARGUMENT naming the variable and the value. */
 gang_status gang__setting_int(gang__setting_id id, int64_t *out);
 
+/* Whether the environment sets this setting (so a default chosen at run
+ * time must not override it). */
+bool gang__setting_is_set(gang__setting_id id);
+
 /* String value of a setting: the environment's if set, else the default.
  * Never NULL. The pointer is into the environment or static storage. */
 const char *gang__setting_str(gang__setting_id id);

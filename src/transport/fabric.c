@@ -1,7 +1,8 @@
 /* The TCP fabric: connection setup through the store, framing, matching of
  * messages to receives, and the progress engine described in fabric.h.
  *
- * Frame: a 32-byte little-endian header then the payload.
+ * Frame: a 32-byte little-endian header then the payload; a DATA frame of
+ * PAD_MIN bytes or more has PAD zero bytes between the two (frame_head).
  *   u32 kind   FRAME_DATA, FRAME_ABORT, or FRAME_BYE (the peer destroyed
  *              its gang normally: its end-of-stream is not a failure)
  *   u32 tag    (ABORT: the sender's failure status)
@@ -129,6 +130,11 @@ struct gang__fabric {
   uint64_t moved; /* syscalls that moved bytes, for the spin */
 };
 
+size_t gang__fabric_peer_piece(const gang__fabric *f, int peer) {
+  return peer >= 0 && peer < f->size && peer != f->rank ? f->conns[peer].piece
+                                                        : 0;
+}
+
 int gang__fabric_rank(const gang__fabric *f) { return f->rank; }
 int gang__fabric_size(const gang__fabric *f) { return f->size; }
 
@@ -219,7 +225,7 @@ void gang__fabric_set_fail_hook(gang__fabric *f,
 }
 
 void gang__fabric_set_oversubscribed(gang__fabric *f) {
-  if (getenv("GANG_TCP_SPIN_US") != NULL)
+  if (gang__setting_is_set(GANG_SETTING_TCP_SPIN_US))
     return;
   pthread_mutex_lock(&f->mu);
   if (f->spin_ns > 50000)
@@ -636,7 +642,8 @@ static void pull(gang__fabric *f, conn *c) {
       return;
     bool into_stage = dst == NULL;
     if (into_stage) {
-      /* Into the stage, after what is left of a partial header. */
+      /* Into the stage, after what is left of a partial header (or of a
+       * header whose pad has not all arrived). */
       if (c->s_off > 0) {
         memmove(c->stage, c->stage + c->s_off, staged);
         c->s_off = 0;
@@ -1058,9 +1065,9 @@ static gang_status set_congestion(const gang__fabric *f, conn *c, int fd) {
       setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, f->cc,
                  (socklen_t)strlen(f->cc)) != 0) {
     if (f->cc_all)
-      return gang__error_errno(GANG_INVALID_ARGUMENT, errno,
-                               "GANG_TCP_CONGESTION=%s on the connection to %s",
-                               f->cc, c->name);
+      return gang__error_errno(
+          GANG_INVALID_ARGUMENT, errno,
+          "GANG_TCP_CONGESTION='%s' on the connection to %s", f->cc, c->name);
     GANG_INFO(TCP, "congestion control %s for %s: %s; the system's stays",
               f->cc, c->name, strerror(errno));
   }
@@ -1095,6 +1102,8 @@ static gang_status cc_setting(gang__fabric *f) {
   snprintf(f->cc, sizeof f->cc, "%s", v);
   f->cc_all = true;
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0 && errno == EAFNOSUPPORT) /* an IPv6-only host */
+    fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0)
     return gang__error_errno(GANG_SYSTEM, errno, "fabric: socket");
   int rc = setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, f->cc,
@@ -1306,7 +1315,7 @@ gang_status gang__fabric_create(const gang__fabric_config *cfg,
     goto fail;
   }
   f->piece = (size_t)piece;
-  f->piece_set = getenv("GANG_TCP_PIECE") != NULL;
+  f->piece_set = gang__setting_is_set(GANG_SETTING_TCP_PIECE);
   GANG_CHECK_GOTO(gang__setting_int(GANG_SETTING_SOCKET_BUFFER, &sockbuf), st,
                   fail);
   if (spin_us < 0 || spin_us > 1000000 || sockbuf < 0 || sockbuf > INT32_MAX) {

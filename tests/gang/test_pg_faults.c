@@ -7,6 +7,8 @@
  * /dev/shm. The ranks share this host, so collectives go over shared
  * memory unless a test sets GANG_SHM_DISABLE. */
 #include <dirent.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -36,6 +38,12 @@ static double now_s(void) {
 
 static gang_t *join(int rank, int size, int64_t timeout_ms) {
   return gt_join("faults", g_round, rank, size, timeout_ms, 0);
+}
+
+/* Writes the n low bytes of v little-endian (hand-made fabric frames). */
+static void put_le(uint8_t *p, uint64_t v, int n) {
+  for (int i = 0; i < n; i++)
+    p[i] = (uint8_t)(v >> (8 * i));
 }
 
 /* Runs `victim` as gang rank `rank` in a grandchild; returns its pid after
@@ -355,14 +363,21 @@ static void test_signature_check(void **state) {
 /* ---- a peer that sends garbage ---------------------------------------------
  */
 
+/* arg NULL: 64 bytes of junk; else a DATA header claiming 2^41 bytes,
+ * which must fail at once (not wait for a pad or a payload that never
+ * comes). */
 static int garbage_rank(int rank, int size, void *arg) {
-  (void)arg;
   setenv("GANG_SHM_DISABLE", "1", 1); /* the bytes must cross TCP */
   gang_t *g = join(rank, size, 30000);
   gang_status st;
   if (rank == 1) {
     uint8_t junk[64];
     memset(junk, 0xab, sizeof junk);
+    if (arg != NULL) {
+      memset(junk, 0, sizeof junk);
+      put_le(junk, 0x474e4701u, 4); /* DATA */
+      put_le(junk + 24, (uint64_t)1 << 41, 8);
+    }
     int fd = gang__fabric_peer_fd(gang__pg_fabric(g), 0);
     RCHECK(fd >= 0);
     RCHECK(write(fd, junk, sizeof junk) == (ssize_t)sizeof junk);
@@ -387,6 +402,74 @@ static void test_garbage_from_peer(void **state) {
   (void)state;
   g_round++;
   assert_int_equal(gt_run_ranks(2, garbage_rank, NULL, 30000), 0);
+  g_round++;
+  assert_int_equal(gt_run_ranks(2, garbage_rank, "huge", 30000), 0);
+}
+
+/* ---- A padded frame whose pad arrives in two parts ---------------------
+ * A DATA frame of 64 KiB or more has 224 zero bytes between its 32-byte
+ * header and its payload (docs/fabric.md). Rank 1 writes one by hand (a
+ * point-to-point message: the world's context 1 with the point-to-point
+ * bit, sequence 0, tag 7) in two parts: the header and 100 bytes of pad,
+ * then the rest. Rank 0 runs a progress pass on its posted receive in
+ * between (the store tells each side when the other is there), so it sees
+ * a header whose pad is incomplete and must wait for the rest. */
+#define SPLIT_LEN ((size_t)64 << 10)
+
+static int split_pad_rank(int rank, int size, void *arg) {
+  (void)arg;
+  setenv("GANG_SHM_DISABLE", "1", 1);
+  gang_t *g = join(rank, size, 30000);
+  char addr[160];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d/split%d", gt_store_port(), g_round);
+  gang_store *st = NULL;
+  RCHECK_OK(gang_store_connect(addr, NULL, &st));
+  uint8_t *data = calloc(1, SPLIT_LEN + 256);
+  RCHECK(data != NULL);
+  void *val = NULL;
+  size_t vlen = 0;
+  if (rank == 1) {
+    uint8_t *frame = data; /* header, pad, payload */
+    put_le(frame, 0x474e4701u, 4);
+    put_le(frame + 4, 7, 4);
+    put_le(frame + 8, 1 | (uint64_t)1 << 63, 8);
+    put_le(frame + 24, SPLIT_LEN, 8);
+    for (size_t i = 0; i < SPLIT_LEN; i++)
+      frame[256 + i] = (uint8_t)(i * 13 + 5);
+    int fd = gang__fabric_peer_fd(gang__pg_fabric(g), 0);
+    RCHECK(fd >= 0);
+    RCHECK(write(fd, frame, 132) == 132);
+    RCHECK_OK(gang_store_set(st, "part1", "1", 1));
+    RCHECK_OK(gang_store_get(st, "polled", &val, &vlen));
+    gang_store_free(val);
+    size_t rest = SPLIT_LEN + 256 - 132;
+    RCHECK(write(fd, frame + 132, rest) == (ssize_t)rest);
+  } else {
+    gang_work *w = NULL;
+    RCHECK_OK(gang_recv_post(g, data, SPLIT_LEN, 1, 7, &w));
+    RCHECK_OK(gang_store_get(st, "part1", &val, &vlen));
+    gang_store_free(val);
+    int done = 0;
+    for (int i = 0; i < 3; i++)
+      RCHECK_OK(gang_work_test(w, &done));
+    RCHECK(!done);
+    RCHECK_OK(gang_store_set(st, "polled", "1", 1));
+    RCHECK_OK(gang_work_wait(w, -1));
+    gang_work_free(w);
+    for (size_t i = 0; i < SPLIT_LEN; i++)
+      RCHECK(data[i] == (uint8_t)(i * 13 + 5));
+  }
+  RCHECK_OK(gang_barrier(g));
+  free(data);
+  gang_store_close(st);
+  gang_destroy(g);
+  return 0;
+}
+
+static void test_padded_frame_in_two_parts(void **state) {
+  (void)state;
+  g_round++;
+  assert_int_equal(gt_run_ranks(2, split_pad_rank, NULL, 60000), 0);
 }
 
 /* ---- A malformed setting is an error naming it, on every rank ---------- */
@@ -434,16 +517,26 @@ static void test_bad_tcp_congestion_setting(void **state) {
 
 /* arg: the congestion control the connection to the peer must use. The
  * ranks meet over 127.0.0.1, so by default (auto) it is reno, whatever the
- * system's; the gang must still work. */
+ * system's; the gang must still work. Unless GANG_TCP_PIECE is set, the
+ * connection's exchanges move in 128 KiB pieces under bbr and 512 KiB
+ * ones otherwise. */
 static int cc_rank(int rank, int size, void *arg) {
   gang_t *g = join(rank, size, 20000);
-  int fd = gang__fabric_peer_fd(gang__pg_fabric(g), 1 - rank);
+  gang__fabric *f = gang__pg_fabric(g);
+  int fd = gang__fabric_peer_fd(f, 1 - rank);
   RCHECK(fd >= 0);
   char cc[16] = "";
   socklen_t len = sizeof cc - 1;
   RCHECK(getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc, &len) == 0);
-  fprintf(stderr, "rank %d: %s (want %s)\n", rank, cc, (const char *)arg);
+  size_t piece = gang__fabric_peer_piece(f, 1 - rank);
+  fprintf(stderr, "rank %d: %s, pieces of %zu (want %s)\n", rank, cc, piece,
+          (const char *)arg);
   RCHECK(strcmp(cc, (const char *)arg) == 0);
+  if (getenv("GANG_TCP_PIECE") != NULL)
+    RCHECK(piece == 3000);
+  else
+    RCHECK(piece ==
+           (strcmp(cc, "bbr") == 0 ? (size_t)128 << 10 : (size_t)512 << 10));
   float x[4] = {1, 2, 3, (float)rank};
   RCHECK_OK(gang_all_reduce(g, x, 4, GANG_FLOAT32, GANG_SUM));
   RCHECK(x[0] == 2 && x[3] == 1);
@@ -461,6 +554,33 @@ static void system_cc(char *out, size_t cap) {
   close(fd);
 }
 
+/* Whether this user may set congestion control `name` on a socket. */
+static bool cc_allowed(const char *name) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  assert_true(fd >= 0);
+  bool ok = setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name,
+                       (socklen_t)strlen(name)) == 0;
+  close(fd);
+  return ok;
+}
+
+/* "=<name>" (GANG_SOCKET_IFNAME's exact form) of the first up IPv4
+ * interface that is not a loopback one; false if there is none. */
+static bool other_interface(char *out, size_t cap) {
+  struct ifaddrs *all = NULL;
+  if (getifaddrs(&all) != 0)
+    return false;
+  bool found = false;
+  for (struct ifaddrs *i = all; i != NULL && !found; i = i->ifa_next)
+    if (i->ifa_addr != NULL && i->ifa_addr->sa_family == AF_INET &&
+        (i->ifa_flags & IFF_UP) && !(i->ifa_flags & IFF_LOOPBACK)) {
+      snprintf(out, cap, "=%s", i->ifa_name);
+      found = true;
+    }
+  freeifaddrs(all);
+  return found;
+}
+
 static void test_congestion_control_on_this_host(void **state) {
   (void)state;
   char sys[16];
@@ -472,11 +592,36 @@ static void test_congestion_control_on_this_host(void **state) {
   int rc = gt_run_ranks(2, cc_rank, sys, 60000);
   unsetenv("GANG_TCP_CONGESTION");
   assert_int_equal(rc, 0);
-  /* A name is set on every connection (reno is always allowed). */
+  /* A name is set on every connection (reno is always allowed), and a
+   * piece the user sets is every connection's. */
   setenv("GANG_TCP_CONGESTION", "reno", 1);
+  setenv("GANG_TCP_PIECE", "3000", 1);
   g_round++;
   rc = gt_run_ranks(2, cc_rank, "reno", 60000);
   unsetenv("GANG_TCP_CONGESTION");
+  unsetenv("GANG_TCP_PIECE");
+  assert_int_equal(rc, 0);
+  /* Another name than auto's reno, where this user may set it. */
+  if (strcmp(sys, "cubic") != 0 && cc_allowed("cubic")) {
+    setenv("GANG_TCP_CONGESTION", "cubic", 1);
+    g_round++;
+    rc = gt_run_ranks(2, cc_rank, "cubic", 60000);
+    unsetenv("GANG_TCP_CONGESTION");
+    assert_int_equal(rc, 0);
+  }
+  /* Ranks that publish a non-loopback address of this host connect to it
+   * through the loopback device from that same address: still this host,
+   * so reno. */
+  char ifname[IF_NAMESIZE + 2];
+  if (!other_interface(ifname, sizeof ifname)) {
+    fprintf(stderr, "no up non-loopback IPv4 interface: the case of ranks "
+                    "on a host's own address is not run\n");
+    return;
+  }
+  setenv("GANG_SOCKET_IFNAME", ifname, 1);
+  g_round++;
+  rc = gt_run_ranks(2, cc_rank, "reno", 60000);
+  unsetenv("GANG_SOCKET_IFNAME");
   assert_int_equal(rc, 0);
 }
 
@@ -540,6 +685,7 @@ int main(void) {
       GT_TEST(test_mismatched_small_counts),
       GT_TEST(test_signature_check),
       GT_TEST(test_garbage_from_peer),
+      GT_TEST(test_padded_frame_in_two_parts),
       GT_TEST(test_bad_shm_cma_setting),
       GT_TEST(test_bad_tcp_congestion_setting),
       GT_TEST(test_congestion_control_on_this_host),
