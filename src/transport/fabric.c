@@ -302,7 +302,10 @@ static size_t arrived(gang__fabric *f, const gang__xfer *x) {
  * opposite orders, each wait behind the other's paced send: the test
  * test_paced_exchanges_of_two_gangs). So a paced send waits only for the
  * head send of the peer's connection, and in a cycle of such sends each
- * may always go one piece beyond what its predecessor sent. */
+ * may always go one piece beyond what its predecessor sent. That holds
+ * with a different piece at each send (the two ends of a connection may
+ * choose differently, tune_connection): all stuck would need each s_i to
+ * be at least (s_pred / p_i + 1) p_i > s_pred, round the whole cycle. */
 static size_t send_limit(gang__fabric *f, const gang__xfer *x) {
   size_t head = frame_head(FRAME_DATA, x->len);
   size_t end = head + x->len;
@@ -1054,13 +1057,19 @@ static bool on_this_host(int fd) {
   return false;
 }
 
+/* Pieces of paced exchanges when GANG_TCP_PIECE is unset: under a bbr
+ * (any version: they all pace by a bandwidth estimate) 128 KiB measured
+ * fastest, under reno 512 KiB, over loopback and over veth
+ * (docs/fabric.md). The two ends of a connection may differ: pacing still
+ * cannot deadlock (see send_limit). */
+#define PIECE_BBR ((size_t)128 << 10)
+#define PIECE_OTHER ((size_t)512 << 10)
+
 /* Applies GANG_TCP_CONGESTION to a new peer connection, then chooses the
  * pacing of its exchanges: GANG_TCP_PIECE if set, else by the congestion
- * control it ended up with. Under bbr 128 KiB pieces measured fastest,
- * under reno 512 KiB, over loopback and over veth (docs/fabric.md). Only
- * a name the user asked for can fail: it was tried at creation
- * (cc_setting). */
-static gang_status set_congestion(const gang__fabric *f, conn *c, int fd) {
+ * control it ended up with. Only a name the user asked for can fail: it
+ * was tried at creation (cc_setting). */
+static gang_status tune_connection(const gang__fabric *f, conn *c, int fd) {
   if (!f->cc_keep && (f->cc_all || on_this_host(fd)) &&
       setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, f->cc,
                  (socklen_t)strlen(f->cc)) != 0) {
@@ -1077,7 +1086,7 @@ static gang_status set_congestion(const gang__fabric *f, conn *c, int fd) {
     socklen_t len = sizeof now - 1;
     bool bbr = getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, now, &len) == 0 &&
                strncmp(now, "bbr", 3) == 0;
-    c->piece = bbr ? (size_t)128 << 10 : (size_t)512 << 10;
+    c->piece = bbr ? PIECE_BBR : PIECE_OTHER;
   }
   return GANG_OK;
 }
@@ -1181,7 +1190,7 @@ static gang_status connect_lower(gang__fabric *f,
     st = hello_check(f, &them, token, peer, c->name);
   }
   if (st == GANG_OK)
-    st = set_congestion(f, c, fd);
+    st = tune_connection(f, c, fd);
   if (st != GANG_OK) {
     close(fd);
     return st;
@@ -1240,7 +1249,7 @@ static gang_status accept_higher(gang__fabric *f,
     snprintf(c->name, sizeof c->name, "rank %u", them.rank);
     st = gang__sock_write_full(fd, b, HELLO_LEN, cfg->deadline, -1, c->name);
     if (st == GANG_OK)
-      st = set_congestion(f, c, fd);
+      st = tune_connection(f, c, fd);
     if (st != GANG_OK) {
       close(fd);
       return st;
