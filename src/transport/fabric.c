@@ -632,14 +632,15 @@ static void pull(gang__fabric *f, conn *c) {
         want = left; /* large: straight into place */
       else
         dst = NULL;
-    } else if (staged >= HDR &&
-               staged >= frame_head(gang__get_u32(c->stage + c->s_off),
-                                    gang__get_u64(c->stage + c->s_off + 24))) {
-      memcpy(c->rhdr, c->stage + c->s_off, HDR);
-      c->s_off += frame_head(gang__get_u32(c->rhdr),
-                             gang__get_u64(c->rhdr + 24)); /* and the pad */
-      on_header(f, c);
-      continue;
+    } else if (staged >= HDR) {
+      const uint8_t *h = c->stage + c->s_off;
+      size_t head = frame_head(gang__get_u32(h), gang__get_u64(h + 24));
+      if (staged >= head) { /* the header and its pad, if any */
+        memcpy(c->rhdr, h, HDR);
+        c->s_off += head;
+        on_header(f, c);
+        continue;
+      }
     }
     if (drained)
       return;
