@@ -1,11 +1,14 @@
 /* all_reduce over shared memory, by size:
  *
- *   flagged lines (≤ SHM_LL_MAX, 896 bytes): each member writes its data
- *     into flagged lines (shm_ll.c) and polls every member's lines at
- *     once, so it waits for one cache-line transfer; every member reduces
- *     every member's data in rank order. Measured faster than the data in
- *     the step line even at 8 bytes (0.53-0.79 -> 0.42-0.45 us, far
- *     placement, A/B alternated).
+ *   flagged lines (≤ SHM_LL_ALLREDUCE_MAX, 9 lines: 504 bytes): each
+ *     member writes its data into flagged lines (shm_ll.c) and polls every
+ *     member's lines at once, so it waits for one cache-line transfer;
+ *     every member reduces every member's data in rank order. Measured
+ *     faster than the data in the step line even at 8 bytes (0.53-0.79 ->
+ *     0.42-0.45 us, far placement, A/B alternated). From 10 lines the
+ *     small slot is faster in both placements (512 B: 0.58-0.62 against
+ *     0.79-0.80 us far, 0.22-0.23 against 0.27-0.28 near; 896 B: 0.77-0.79
+ *     against 0.81-0.85 far).
  *   small (≤ 1 KiB): the data rides in the member's small slot of the
  *     step, read once its step line is published.
  *   all-read (≤ SHM_ALLREAD_MAX): each member stages its buffer, then
@@ -29,6 +32,9 @@
 #include "core/reduce.h"
 #include "shm_algo.h"
 
+/* Up to this size (per call) flagged lines beat the small slot. */
+#define SHM_LL_ALLREDUCE_MAX (9 * SHM_LL_DATA)
+_Static_assert(SHM_LL_ALLREDUCE_MAX <= SHM_LL_MAX, "fits a flagged step");
 /* Up to this size (per call) all-read beats reduce-scatter + all-gather:
  * it saves a step, which is most of the cost of a small call. */
 #define SHM_ALLREAD_MAX (16 * 1024)
@@ -38,30 +44,42 @@
 #define SHM_CMA_PIECE (64 * 1024)
 
 /* Flagged lines: every member reduces every member's data in rank
- * order, its own from buf. */
+ * order, its own from buf. The first reduce writes straight into buf when
+ * this member is 0 or 1 (its data is then read by that reduce and by no
+ * later one); the others accumulate in tmp0 and copy once. */
 static gang_status ll_allreduce(gang__shm_chan *c, unsigned char *buf,
                                 size_t count, gang_dtype dt,
                                 gang_reduce_op op) {
   size_t bytes = count * gang_dtype_size(dt);
   uint64_t t;
   GANG_CHECK(shm_ll_step(c, buf, bytes, &t));
-  unsigned char acc[SHM_LL_MAX], tmp[SHM_LL_MAX];
-  if (c->rank == 0)
-    memcpy(acc, buf, bytes);
-  else
-    shm_ll_gather(acc, c, 0, t, bytes);
-  for (int j = 1; j < c->size; j++) {
+  unsigned char tmp0[SHM_LL_ALLREDUCE_MAX], tmp1[SHM_LL_ALLREDUCE_MAX];
+  const unsigned char *s0 = buf, *s1 = buf;
+  if (c->rank != 0) {
+    shm_ll_gather(tmp0, c, 0, t, bytes);
+    s0 = tmp0;
+  }
+  if (c->rank != 1) {
+    shm_ll_gather(tmp1, c, 1, t, bytes);
+    s1 = tmp1;
+  }
+  unsigned char *dst = c->rank <= 1 ? buf : tmp0;
+  gang__reduce3(dst, s0, s1, count, dt, op);
+  for (int j = 2; j < c->size; j++) {
     const unsigned char *src = buf;
     if (j != c->rank) {
-      shm_ll_gather(tmp, c, j, t, bytes);
-      src = tmp;
+      shm_ll_gather(tmp1, c, j, t, bytes);
+      src = tmp1;
     }
-    gang__reduce(acc, src, count, dt, op);
+    gang__reduce(dst, src, count, dt, op);
   }
-  memcpy(buf, acc, bytes);
+  if (dst != buf)
+    memcpy(buf, dst, bytes);
   return GANG_OK;
 }
 
+/* The small slot: every member's data, its own included, is read from the
+ * slots, so the result goes straight into buf. */
 static gang_status small_allreduce(gang__shm_chan *c, void *buf, size_t count,
                                    gang_dtype dt, gang_reduce_op op) {
   size_t bytes = count * gang_dtype_size(dt);
@@ -70,11 +88,10 @@ static gang_status small_allreduce(gang__shm_chan *c, void *buf, size_t count,
   memcpy(gang__shm_slot(c, c->rank, t, bytes), buf, bytes);
   gang__shm_publish(c, t);
   GANG_CHECK(gang__shm_wait_all(c, t));
-  unsigned char acc[GANG_SHM_SMALL];
-  memcpy(acc, gang__shm_slot(c, 0, t, bytes), bytes);
-  for (int j = 1; j < c->size; j++)
-    gang__reduce(acc, gang__shm_slot(c, j, t, bytes), count, dt, op);
-  memcpy(buf, acc, bytes);
+  gang__reduce3(buf, gang__shm_slot(c, 0, t, bytes),
+                gang__shm_slot(c, 1, t, bytes), count, dt, op);
+  for (int j = 2; j < c->size; j++)
+    gang__reduce(buf, gang__shm_slot(c, j, t, bytes), count, dt, op);
   return GANG_OK;
 }
 
@@ -209,7 +226,7 @@ gang_status shm_allreduce(gang__shm_chan *c, void *buf, size_t count,
   size_t bytes = count * gang_dtype_size(dt);
   if (c->size == 1 || count == 0)
     return GANG_OK;
-  if (bytes <= SHM_LL_MAX)
+  if (bytes <= SHM_LL_ALLREDUCE_MAX)
     return ll_allreduce(c, buf, count, dt, op);
   if (bytes <= GANG_SHM_SMALL)
     return small_allreduce(c, buf, count, dt, op);
