@@ -185,6 +185,55 @@ static bool execute_shm(gang_t *g, gang_work *w, gang_status *st) {
   return false;
 }
 
+/* ---- Names of calls, for error messages ------------------------------- */
+
+/* Every collective over TCP and every send or receive names itself before
+ * it starts ("all_reduce #12 (gang rank 0/2)"), for errors only. snprintf
+ * took 0.1-0.6 us of an 8-9 us small all_reduce over TCP (A/B
+ * alternated), so the names are put together by hand. */
+typedef struct namebuf {
+  char *s;
+  size_t cap, len; /* cap >= 1; s[len] is always '\0' */
+} namebuf;
+
+static void nb_str(namebuf *b, const char *t) {
+  while (*t != '\0' && b->len + 1 < b->cap)
+    b->s[b->len++] = *t++;
+  b->s[b->len] = '\0';
+}
+
+static void nb_u64(namebuf *b, uint64_t v) {
+  char d[20];
+  int n = 0;
+  do
+    d[n++] = (char)('0' + v % 10);
+  while ((v /= 10) != 0);
+  while (n > 0 && b->len + 1 < b->cap)
+    b->s[b->len++] = d[--n];
+  b->s[b->len] = '\0';
+}
+
+static void nb_int(namebuf *b, int v) {
+  if (v < 0)
+    nb_str(b, "-");
+  nb_u64(b, v < 0 ? (uint64_t)0 - (uint64_t)(int64_t)v : (uint64_t)v);
+}
+
+/* "<kind> #<seq> (gang rank <rank>/<size><tail>)" */
+static void name_call(char *out, size_t cap, gang__coll_kind kind, uint64_t seq,
+                      int rank, int size, const char *tail) {
+  namebuf b = {out, cap, 0};
+  nb_str(&b, gang__coll_name(kind));
+  nb_str(&b, " #");
+  nb_u64(&b, seq);
+  nb_str(&b, " (gang rank ");
+  nb_int(&b, rank);
+  nb_str(&b, "/");
+  nb_int(&b, size);
+  nb_str(&b, tail);
+  nb_str(&b, ")");
+}
+
 /* The algorithms' view of w's collective over the fabric ranks
  * world[0..size), in which this rank is `rank`. */
 static algo_ctx tcp_ctx(pg *p, const gang_work *w, int rank, int size,
@@ -234,8 +283,7 @@ static bool execute_hier(gang_t *g, gang_work *w, gang_status *st) {
     ch->deadline = deadline; /* one clock for the local and TCP parts */
   }
   char what[64];
-  snprintf(what, sizeof what, "%s #%" PRIu64 " (gang rank %d/%d, hosts)",
-           gang__coll_name(c->kind), w->seq, g->rank, g->size);
+  name_call(what, sizeof what, c->kind, w->seq, g->rank, g->size, ", hosts");
   algo_ctx a =
       tcp_ctx(p, w, h->my_host, h->nhosts, h->leaders, h->ctx, deadline, what);
   *st = GANG_OK;
@@ -281,8 +329,7 @@ static gang_status execute(gang_t *g, gang_work *w) {
     return shm_st;
   const gang__coll *c = &w->coll;
   char what[64];
-  snprintf(what, sizeof what, "%s #%" PRIu64 " (gang rank %d/%d)",
-           gang__coll_name(c->kind), w->seq, g->rank, g->size);
+  name_call(what, sizeof what, c->kind, w->seq, g->rank, g->size, "");
   algo_ctx a = tcp_ctx(p, w, g->rank, g->size, p->map, p->ctx,
                        gang__deadline_in_ms(g->timeout_ms), what);
   size_t es = gang_dtype_size(c->dtype);
@@ -490,8 +537,11 @@ static gang_status post_p2p(gang_t *g, const gang__coll *c, gang_work *w) {
   pg *p = g->impl;
   p2p_state *s = (p2p_state *)w->inline_state;
   bool send = c->kind == GANG_COLL_SEND;
-  snprintf(s->what, sizeof s->what, "%s %s rank %d tag %d",
-           send ? "send" : "recv", send ? "to" : "from", c->peer, c->tag);
+  namebuf b = {s->what, sizeof s->what, 0};
+  nb_str(&b, send ? "send to rank " : "recv from rank ");
+  nb_int(&b, c->peer);
+  nb_str(&b, " tag ");
+  nb_int(&b, c->tag);
   s->x = (gang__xfer){.peer = p->map[c->peer],
                       .send = send,
                       .tag = (uint32_t)c->tag,

@@ -109,7 +109,11 @@ static int kill_rank(int rank, int size, void *arg) {
   RCHECK(st == GANG_PEER_LOST);
   /* From the connection, not the 120 s deadline. */
   RCHECK(took < 10.0);
-  RCHECK(strstr(gang_get_last_error(g), "rank") != NULL);
+  /* It names the call: kind, sequence number, rank and size. */
+  char named[64];
+  snprintf(named, sizeof named, "(gang rank %d/%d", rank, size);
+  RCHECK(strstr(gang_get_last_error(g), "all_reduce #") != NULL);
+  RCHECK(strstr(gang_get_last_error(g), named) != NULL);
   /* Sticky: the next call fails at once with the same status. */
   double t1 = now_s();
   RCHECK(gang_barrier(g) == GANG_PEER_LOST);
@@ -214,6 +218,9 @@ static int stop_rank(int rank, int size, void *arg) {
    * diagnosis -- which ranks reached the collective and which did not. */
   stop_state *ss = arg;
   RCHECK(strstr(gang_last_error(), "all_reduce #1") != NULL);
+  char named[64];
+  snprintf(named, sizeof named, "all_reduce #1 (gang rank %d/%d", rank, size);
+  RCHECK(strstr(gang_last_error(), named) != NULL);
   RCHECK(strstr(gang_last_error(), "still waiting for: receive from rank") !=
              NULL ||
          strstr(gang_last_error(), "still waiting for: gang rank") != NULL);

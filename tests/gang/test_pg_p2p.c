@@ -237,6 +237,8 @@ static int review_rank(int rank, int size, void *arg) {
   fprintf(stderr, "send after the peer left: %s: %s\n", gang_status_name(st),
           gang_last_error());
   RCHECK(st == GANG_PEER_LOST && strstr(gang_last_error(), "left") != NULL);
+  /* The error names the call. */
+  RCHECK(strstr(gang_last_error(), "send to rank 1 tag 2") != NULL);
   if (rw != NULL) {
     (void)gang_work_wait(rw, -1); /* the gang failed: any outcome */
     gang_work_free(rw);
