@@ -416,7 +416,7 @@ static void test_garbage_from_peer(void **state) {
 }
 
 /* ---- A padded frame whose pad arrives in two parts ---------------------
- * A DATA frame of 64 KiB or more has 224 zero bytes between its 32-byte
+ * A DATA frame of 64 KiB or more has 4064 zero bytes between its 32-byte
  * header and its payload (docs/fabric.md). Rank 1 writes one by hand (a
  * point-to-point message: the world's context 1 with the point-to-point
  * bit, sequence 0, tag 7) in two parts: the header and 100 bytes of pad,
@@ -424,6 +424,7 @@ static void test_garbage_from_peer(void **state) {
  * between (the store tells each side when the other is there), so it sees
  * a header whose pad is incomplete and must wait for the rest. */
 #define SPLIT_LEN ((size_t)64 << 10)
+#define SPLIT_HEAD 4096 /* header and pad */
 
 /* Writes all n bytes to the fabric's socket, which is non-blocking. */
 static void write_all(int fd, const uint8_t *p, size_t n) {
@@ -448,7 +449,7 @@ static int split_pad_rank(int rank, int size, void *arg) {
   snprintf(addr, sizeof addr, "127.0.0.1:%d/split%d", gt_store_port(), g_round);
   gang_store *st = NULL;
   RCHECK_OK(gang_store_connect(addr, NULL, &st));
-  uint8_t *data = calloc(1, SPLIT_LEN + 256);
+  uint8_t *data = calloc(1, SPLIT_LEN + SPLIT_HEAD);
   RCHECK(data != NULL);
   void *val = NULL;
   size_t vlen = 0;
@@ -459,14 +460,14 @@ static int split_pad_rank(int rank, int size, void *arg) {
     put_le(frame + 8, 1 | (uint64_t)1 << 63, 8);
     put_le(frame + 24, SPLIT_LEN, 8);
     for (size_t i = 0; i < SPLIT_LEN; i++)
-      frame[256 + i] = (uint8_t)(i * 13 + 5);
+      frame[SPLIT_HEAD + i] = (uint8_t)(i * 13 + 5);
     int fd = gang__fabric_peer_fd(gang__pg_fabric(g), 0);
     RCHECK(fd >= 0);
     write_all(fd, frame, 132);
     RCHECK_OK(gang_store_set(st, "part1", "1", 1));
     RCHECK_OK(gang_store_get(st, "polled", &val, &vlen));
     gang_store_free(val);
-    write_all(fd, frame + 132, SPLIT_LEN + 256 - 132);
+    write_all(fd, frame + 132, SPLIT_LEN + SPLIT_HEAD - 132);
   } else {
     gang_work *w = NULL;
     RCHECK_OK(gang_recv_post(g, data, SPLIT_LEN, 1, 7, &w));
