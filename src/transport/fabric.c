@@ -1100,14 +1100,16 @@ static gang_status tune_connection(const gang__fabric *f, conn *c, int fd) {
     GANG_INFO(TCP, "congestion control %s for %s: %s; the system's stays",
               f->cc, c->name, strerror(errno));
   }
+  char now[16] = "";
+  socklen_t len = sizeof now - 1;
+  if (getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, now, &len) != 0)
+    snprintf(now, sizeof now, "?");
   c->piece = f->piece;
-  if (!f->piece_set) {
-    char now[16] = "";
-    socklen_t len = sizeof now - 1;
-    bool bbr = getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, now, &len) == 0 &&
-               strncmp(now, "bbr", 3) == 0;
-    c->piece = bbr ? PIECE_BBR : PIECE_OTHER;
-  }
+  if (!f->piece_set)
+    c->piece = strncmp(now, "bbr", 3) == 0 ? PIECE_BBR : PIECE_OTHER;
+  GANG_INFO(TCP, "connection to %s: congestion control %s, %s, pieces of %zu",
+            c->name, now, on_this_host(fd) ? "this host" : "another host",
+            c->piece);
   return GANG_OK;
 }
 

@@ -47,6 +47,7 @@ ip -n "$B" link set "vb$tag" up
 
 out=$(mktemp -d)
 fail=0
+extra=""
 port=$(( 20000 + $$ % 20000 ))
 run() { # op, extra flags...
   op=$1
@@ -56,9 +57,10 @@ run() { # op, extra flags...
   for r in 0 1 2 3; do
     ns=$A
     [ $r -ge 2 ] && ns=$B
+    # shellcheck disable=SC2086 # $extra: assignments, split on purpose
     ip netns exec "$ns" env RANK=$r WORLD_SIZE=4 LOCAL_RANK=$(( r % 2 )) LOCAL_WORLD_SIZE=2 \
       MASTER_ADDR="$net.1" MASTER_PORT=$port GANG_TIMEOUT=60s \
-      GANG_DEBUG=INFO GANG_DEBUG_SUBSYS=SHM \
+      GANG_DEBUG=INFO GANG_DEBUG_SUBSYS=SHM,TCP $extra \
       timeout 120 "$bench" --op "$op" -b 8 -e 1M -f 64 -n 2 -w 1 -c 1 "$@" \
       >"$out/$op.$r" 2>&1 &
     pids="$pids $!"
@@ -90,6 +92,28 @@ for r in 0 1 2 3; do
     fail=1
   }
 done
+# Congestion control (GANG_TCP_CONGESTION, docs/fabric.md): by default
+# only connections inside a host get reno, a connection to the other host
+# keeps the namespace's own choice; a name applies to every connection.
+# Rank 0 logs each of its connections (ranks 1 and 2 are enough).
+expect_cc() { # log file, peer rank, where, congestion control
+  grep -q "connection to rank $2[ :].*congestion control $4, $3," "$1" || {
+    echo "FAIL: rank 0's connection to rank $2 ($3) should use $4:"
+    grep "connection to rank $2[ :]" "$1"
+    fail=1
+  }
+}
+sys_cc=$(ip netns exec "$A" sysctl -n net.ipv4.tcp_congestion_control)
+expect_cc "$out/all_reduce.0" 1 "this host" reno
+expect_cc "$out/all_reduce.0" 2 "another host" "$sys_cc"
+named=cubic
+[ "$sys_cc" = cubic ] && named=reno
+extra="GANG_TCP_CONGESTION=$named"
+run barrier
+mv "$out/barrier.0" "$out/named.0"
+expect_cc "$out/named.0" 1 "this host" "$named"
+expect_cc "$out/named.0" 2 "another host" "$named"
+
 if [ $fail -ne 0 ]; then
   for f in "$out"/*; do
     echo "---- $f"
