@@ -402,9 +402,10 @@ static int rank_main(int rank, int size, void *arg) {
   }
   /* Small all_reduces in flagged lines of 56 bytes, up to 504 bytes (9
    * lines), and in the small slot above: across the dtypes these counts
-   * fill 2 to 16 lines, end on and after line boundaries, reach 504 bytes
-   * exactly (63 doubles, 126 floats, 252 halves) and one element more,
-   * and 896 bytes (112 doubles, 224 floats) and one element more. */
+   * fill 2 to 9 flagged lines, end on and after line boundaries, reach
+   * 504 bytes exactly (63 doubles, 126 floats, 252 halves) and one element
+   * more, and put 505 bytes to 1 KiB in the small slot (896 bytes: 112
+   * doubles, 224 floats, and one element more). */
   size_t ll_counts[] = {57, 63, 64, 112, 113, 126, 127, 224, 225, 252, 253};
   for (size_t c = 0; c < sizeof ll_counts / sizeof ll_counts[0]; c++)
     check_all_reduce(g, ll_counts[c], c == 1);

@@ -317,20 +317,31 @@ static int nan_rank(int rank, int size, void *arg) {
   (void)arg;
   gang_t *g = join(rank, size);
   gang_reduce_op ops[] = {GANG_SUM, GANG_MIN, GANG_MAX, GANG_PRODUCT};
-  for (int o = 0; o < 4; o++) {
-    /* Each rank holds a different NaN payload. */
-    uint32_t bits = 0x7fc00001u + (uint32_t)rank * 0x80000001u;
-    float x[3];
-    memcpy(&x[0], &bits, 4);
-    x[1] = (float)rank;
-    memcpy(&x[2], &bits, 4);
-    RCHECK_OK(gang_all_reduce(g, x, 3, GANG_FLOAT32, ops[o]));
-    uint32_t mine[3], all[24];
-    memcpy(mine, x, sizeof mine);
-    RCHECK_OK(gang_all_gather(g, all, mine, 3, GANG_UINT32));
-    for (int r = 1; r < size; r++)
-      RCHECK(memcmp(all, all + 3 * r, sizeof mine) == 0);
+  /* 3 floats ride in flagged lines, 160 (640 bytes) in the small slot,
+   * 5000 through staged buffers: each path must reduce in rank order. */
+  size_t counts[] = {3, 160, 5000};
+  float *x = malloc(5000 * sizeof *x);
+  uint32_t *all = malloc(5000 * (size_t)size * sizeof *all);
+  RCHECK(x != NULL && all != NULL);
+  for (int k = 0; k < 3; k++) {
+    size_t n = counts[k];
+    for (int o = 0; o < 4; o++) {
+      /* Each rank holds a different NaN payload. */
+      uint32_t bits = 0x7fc00001u + (uint32_t)rank * 0x80000001u;
+      for (size_t i = 0; i < n; i++) {
+        if (i % 3 == 1)
+          x[i] = (float)rank;
+        else
+          memcpy(&x[i], &bits, 4);
+      }
+      RCHECK_OK(gang_all_reduce(g, x, n, GANG_FLOAT32, ops[o]));
+      RCHECK_OK(gang_all_gather(g, all, x, n, GANG_UINT32));
+      for (int r = 1; r < size; r++)
+        RCHECK(memcmp(all, all + n * (size_t)r, n * sizeof *all) == 0);
+    }
   }
+  free(all);
+  free(x);
   gang_destroy(g);
   return 0;
 }
