@@ -1,0 +1,119 @@
+/* The shared-memory floor that small collectives are measured against
+ * (docs/performance.md): two processes, no library, one exchange of cache
+ * lines per iteration, timed the way gang-bench and the peers' programs
+ * time a collective.
+ *
+ *   line_floor [iters] [lines]
+ *
+ * Each iteration, between two clock reads, each process writes `lines`
+ * cache lines (56 bytes of data and an 8-byte flag stored last, release)
+ * and spins until it sees all of the other's lines of that iteration. The
+ * figure printed is the median over iterations of the larger of the two
+ * processes' times, as bench/compare takes it. With one line this is the
+ * exchange a 2-rank barrier or small all_reduce cannot beat on this
+ * machine; the clock reads are in it, as they are in every library's
+ * figure. Processes are not pinned (neither are gang-bench's and the
+ * peers' under bench/compare) unless LINE_FLOOR_PIN is set. */
+
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SLOTS 16     /* iterations before a line is reused */
+#define MAX_LINES 16 /* lines per process and iteration */
+
+typedef struct line {
+  _Alignas(64) unsigned char data[56];
+  _Atomic uint64_t flag;
+} line;
+
+typedef struct shared {
+  line lines[2][SLOTS][MAX_LINES];
+} shared;
+
+static inline void relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+static double now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+static int cmp(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv) {
+  long iters = argc > 1 ? atol(argv[1]) : 100000;
+  int nl = argc > 2 ? atoi(argv[2]) : 1;
+  if (iters < 1 || nl < 1 || nl > MAX_LINES) {
+    fprintf(stderr, "usage: line_floor [iters >= 1] [lines 1..%d]\n",
+            MAX_LINES);
+    return 2;
+  }
+  long warm = iters / 10 + 100;
+  shared *s = mmap(NULL, sizeof *s, PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  double *times = mmap(NULL, 2 * (size_t)iters * sizeof *times,
+                       PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1,
+                       0);
+  if (s == MAP_FAILED || times == MAP_FAILED) {
+    perror("mmap");
+    return 1;
+  }
+  pid_t child = fork();
+  if (child < 0) {
+    perror("fork");
+    return 1;
+  }
+  int me = child == 0, peer = 1 - me;
+  if (getenv("LINE_FLOOR_PIN") != NULL) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(me, &set);
+    if (sched_setaffinity(0, sizeof set, &set) != 0)
+      perror("sched_setaffinity");
+  }
+  for (long i = -warm; i < iters; i++) {
+    uint64_t flag = (uint64_t)(i + warm + 1);
+    line *mine = s->lines[me][flag % SLOTS];
+    line *theirs = s->lines[peer][flag % SLOTS];
+    double t0 = now_us();
+    for (int k = 0; k < nl; k++) {
+      memset(mine[k].data, (int)(flag & 0xff), sizeof mine[k].data);
+      atomic_store_explicit(&mine[k].flag, flag, memory_order_release);
+    }
+    for (int k = 0; k < nl; k++)
+      while (atomic_load_explicit(&theirs[k].flag, memory_order_acquire) !=
+             flag)
+        relax();
+    double t1 = now_us();
+    if (i >= 0)
+      times[(size_t)me * (size_t)iters + (size_t)i] = t1 - t0;
+  }
+  if (me == 1)
+    _exit(0);
+  waitpid(child, NULL, 0);
+  for (long i = 0; i < iters; i++)
+    if (times[iters + i] > times[i])
+      times[i] = times[iters + i];
+  qsort(times, (size_t)iters, sizeof *times, cmp);
+  printf("line_floor %d line%s: %.3f us (median of %ld, max of the two "
+         "processes)\n",
+         nl, nl == 1 ? "" : "s", times[iters / 2], iters);
+  return 0;
+}
