@@ -68,9 +68,9 @@ int main(int argc, char **argv) {
   long warm = iters / 10 + 100;
   shared *s = mmap(NULL, sizeof *s, PROT_READ | PROT_WRITE,
                    MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  double *times = mmap(NULL, 2 * (size_t)iters * sizeof *times,
-                       PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1,
-                       0);
+  double *times =
+      mmap(NULL, 2 * (size_t)iters * sizeof *times, PROT_READ | PROT_WRITE,
+           MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (s == MAP_FAILED || times == MAP_FAILED) {
     perror("mmap");
     return 1;
