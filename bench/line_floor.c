@@ -26,6 +26,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "floor_util.h"
+
 #define SLOTS 16     /* iterations before a line is reused */
 #define MAX_LINES 16 /* lines per process and iteration */
 
@@ -44,17 +46,6 @@ static inline void relax(void) {
 #elif defined(__aarch64__)
   __asm__ __volatile__("yield");
 #endif
-}
-
-static double now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
-
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
 }
 
 int main(int argc, char **argv) {
@@ -92,7 +83,7 @@ int main(int argc, char **argv) {
     uint64_t flag = (uint64_t)(i + warm + 1);
     line *mine = s->lines[me][flag % SLOTS];
     line *theirs = s->lines[peer][flag % SLOTS];
-    double t0 = now_us();
+    double t0 = floor_now_us();
     for (int k = 0; k < nl; k++) {
       memset(mine[k].data, (int)(flag & 0xff), sizeof mine[k].data);
       atomic_store_explicit(&mine[k].flag, flag, memory_order_release);
@@ -101,7 +92,7 @@ int main(int argc, char **argv) {
       while (atomic_load_explicit(&theirs[k].flag, memory_order_acquire) !=
              flag)
         relax();
-    double t1 = now_us();
+    double t1 = floor_now_us();
     if (i >= 0)
       times[(size_t)me * (size_t)iters + (size_t)i] = t1 - t0;
   }
@@ -111,7 +102,7 @@ int main(int argc, char **argv) {
   for (long i = 0; i < iters; i++)
     if (times[iters + i] > times[i])
       times[i] = times[iters + i];
-  qsort(times, (size_t)iters, sizeof *times, cmp);
+  qsort(times, (size_t)iters, sizeof *times, floor_cmp_double);
   printf("line_floor %d line%s: %.3f us (median of %ld, max of the two "
          "processes)\n",
          nl, nl == 1 ? "" : "s", times[iters / 2], iters);

@@ -33,16 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
-
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
+#include "floor_util.h"
 
 static void tune(int fd) {
   int one = 1;
@@ -144,7 +135,7 @@ int main(int argc, char **argv) {
   int warm = iters / 10 + 1;
   int spin = getenv("TCP_FLOOR_SPIN") ? atoi(getenv("TCP_FLOOR_SPIN")) : 0;
   for (int i = -warm; i < iters; i++) {
-    double t0 = now_us();
+    double t0 = floor_now_us();
     int rc;
     if (pp) {
       int sp = spin ? spin : 1;
@@ -183,10 +174,10 @@ int main(int argc, char **argv) {
       return 1;
     }
     if (i >= 0)
-      t[i] = now_us() - t0;
+      t[i] = floor_now_us() - t0;
   }
   if (leader) {
-    qsort(t, (size_t)iters, sizeof *t, cmp);
+    qsort(t, (size_t)iters, sizeof *t, floor_cmp_double);
     double med = t[iters / 2];
     if (pp)
       printf("pingpong %zu B: round trip %.2f us, one way %.2f us\n", bytes,
