@@ -13,12 +13,19 @@
  *                                        TCP_FLOOR_HDR=h (up to 4096), each
  *                                        exchange framed as gang's: h bytes
  *                                        of header before the payload, in
- *                                        the same sendmsg
+ *                                        the same sendmsg, read by a recv
+ *                                        for the header and one for the
+ *                                        payload, or with TCP_FLOOR_READ=
+ *                                        scatter by one recvmsg into both,
+ *                                        or with TCP_FLOOR_READ=stage by a
+ *                                        recv of up to 32 KiB into a buffer
+ *                                        the payload is copied out of
  *
  * Socket buffers are left to the kernel unless TCP_FLOOR_BUF is set (bytes
  * for SO_SNDBUF and SO_RCVBUF), the congestion control to the system unless
  * TCP_FLOOR_CC names one (gang uses reno on this host's connections).
- * Prints the median over `iters`. */
+ * Prints the median over `iters` of the leader's time and, for pingpong and
+ * duplex, of the slower side's time per iteration (how gang-bench times). */
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -57,6 +64,12 @@ static void tune(int fd) {
 static int pump(int fd, const char *sbuf, size_t out, char *rbuf, size_t in,
                 int spin, size_t hdr) {
   static char shdr[4096], rhdr[4096];
+  static int scatter = -1, staged;
+  if (scatter < 0) {
+    const char *e = getenv("TCP_FLOOR_READ");
+    scatter = e != NULL && strcmp(e, "scatter") == 0;
+    staged = e != NULL && strcmp(e, "stage") == 0;
+  }
   size_t sf = out ? out + hdr : 0, rf = in ? in + hdr : 0;
   size_t so = 0, ro = 0;
   while (so < sf || ro < rf) {
@@ -82,8 +95,25 @@ static int pump(int fd, const char *sbuf, size_t out, char *rbuf, size_t in,
         continue;
     }
     if (ro < rf) {
-      ssize_t r = ro < hdr ? recv(fd, rhdr + ro, hdr - ro, MSG_DONTWAIT)
-                           : recv(fd, rbuf + (ro - hdr), rf - ro, MSG_DONTWAIT);
+      ssize_t r;
+      if (ro < hdr && scatter) {
+        struct iovec iov[2] = {{rhdr + ro, hdr - ro}, {rbuf, in}};
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 2};
+        r = recvmsg(fd, &mh, MSG_DONTWAIT);
+      } else if (ro < hdr && staged) {
+        /* As a stage does: header and payload in one read into a
+         * buffer of its own, the payload copied out of it. */
+        static char stage[32 * 1024];
+        size_t want = rf - ro < sizeof stage ? rf - ro : sizeof stage;
+        r = recv(fd, stage, want, MSG_DONTWAIT);
+        if (r > 0) {
+          size_t h = (size_t)r < hdr - ro ? (size_t)r : hdr - ro;
+          memcpy(rhdr + ro, stage, h);
+          memcpy(rbuf, stage + h, (size_t)r - h);
+        }
+      } else
+        r = ro < hdr ? recv(fd, rhdr + ro, hdr - ro, MSG_DONTWAIT)
+                     : recv(fd, rbuf + (ro - hdr), rf - ro, MSG_DONTWAIT);
       if (r > 0) {
         ro += (size_t)r;
         moved = 1;
@@ -95,6 +125,21 @@ static int pump(int fd, const char *sbuf, size_t out, char *rbuf, size_t in,
           fd, (short)((ro < rf ? POLLIN : 0) | (so < sf ? POLLOUT : 0)), 0};
       poll(&p, 1, 1000);
     }
+  }
+  return 0;
+}
+
+/* Sends (out != 0) or receives len bytes at p over a blocking socket. */
+static int move_all(int fd, void *p, size_t len, int out) {
+  char *b = p;
+  while (len > 0) {
+    ssize_t r = out ? send(fd, b, len, 0) : recv(fd, b, len, 0);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0)
+      return -1;
+    b += r;
+    len -= (size_t)r;
   }
   return 0;
 }
@@ -176,17 +221,42 @@ int main(int argc, char **argv) {
     if (i >= 0)
       t[i] = floor_now_us() - t0;
   }
+  /* Both sides time every exchange: the child hands its times over, and
+   * the leader also reports the median of the slower side's time per
+   * iteration, as gang-bench and the peers' programs time a collective. */
+  double *slow = NULL;
+  if (pp || duplex) {
+    size_t len = (size_t)iters * sizeof *t;
+    if (!leader) {
+      if (move_all(fd, t, len, 1) != 0)
+        perror("sending times");
+    } else if ((slow = calloc((size_t)iters, sizeof *slow)) == NULL ||
+               move_all(fd, slow, len, 0) != 0) {
+      perror("receiving times");
+      free(slow);
+      slow = NULL;
+    } else {
+      for (int i = 0; i < iters; i++)
+        if (t[i] > slow[i])
+          slow[i] = t[i];
+      qsort(slow, (size_t)iters, sizeof *slow, floor_cmp_double);
+    }
+  }
   if (leader) {
     qsort(t, (size_t)iters, sizeof *t, floor_cmp_double);
     double med = t[iters / 2];
     if (pp)
-      printf("pingpong %zu B: round trip %.2f us, one way %.2f us\n", bytes,
-             med, med / 2);
+      printf("pingpong %zu B: round trip %.2f us, one way %.2f us", bytes, med,
+             med / 2);
     else
-      printf("%s %zu B: %.1f us, %.2f GB/s per direction\n", mode, bytes, med,
+      printf("%s %zu B: %.1f us, %.2f GB/s per direction", mode, bytes, med,
              (double)bytes / med / 1e3);
+    if (slow != NULL)
+      printf("; slower side %.2f us", slow[iters / 2]);
+    printf("\n");
     waitpid(child, NULL, 0);
   }
+  free(slow);
   close(fd);
   free(sbuf);
   free(rbuf);
