@@ -143,6 +143,10 @@ GANG_API gang_status gang_all_to_all_v(gang_t *g, void *out,
                                        const size_t *out_counts, const void *in,
                                        const size_t *in_counts,
                                        gang_dtype dtype);
+/* Point-to-point, matched by (peer, tag) in posting order. A receive's
+ * buffer is the library's until the receive completes: it must not be read
+ * or written meanwhile (nor sent from), and may hold other bytes until
+ * then. */
 GANG_API gang_status gang_send(gang_t *g, const void *buf, size_t bytes,
                                int peer, int tag);
 GANG_API gang_status gang_recv(gang_t *g, void *buf, size_t bytes, int peer,

@@ -39,7 +39,8 @@ gang_status algo_sendrecv(algo_ctx *a, int to, const void *sbuf, size_t slen,
                           .ctx = a->ctx,
                           .seq = a->seq,
                           .buf = rbuf,
-                          .len = rlen};
+                          .len = rlen,
+                          .owns_buf = true};
   if (n == 0)
     return GANG_OK;
   if (n == 2)

@@ -33,7 +33,8 @@ gang_status algo_scratch(algo_ctx *a, size_t bytes, void **out);
 
 /* One step: send `slen` bytes to gang rank `to` (skip when to < 0) and
  * receive exactly `rlen` bytes from gang rank `from` (skip when from < 0),
- * both with tag `tag`. */
+ * both with tag `tag`. rbuf must not overlap sbuf: the receive owns it
+ * (gang__xfer.owns_buf). */
 gang_status algo_sendrecv(algo_ctx *a, int to, const void *sbuf, size_t slen,
                           int from, void *rbuf, size_t rlen, uint32_t tag);
 

@@ -131,7 +131,10 @@ static gang_status ring_post(ring *g, int u, bool send) {
       .ctx = g->a->ctx,
       .seq = g->a->seq,
       .buf = b,
-      .len = len * g->es};
+      .len = len * g->es,
+      /* reduce_scatter receives land in window slots of their own; an
+       * all_gather receive's block may still be read by a send. */
+      .owns_buf = !send && u / g->nch < g->rs_steps};
   return gang__fabric_start(g->a->f, &x->x, 1, &x->grp, g->a->what);
 }
 

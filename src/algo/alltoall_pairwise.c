@@ -63,7 +63,8 @@ static gang_status alltoall(algo_ctx *a, void *out, const size_t *rcounts,
                           .ctx = a->ctx,
                           .seq = a->seq,
                           .buf = (char *)out + roff,
-                          .len = rlen};
+                          .len = rlen,
+                          .owns_buf = true};
   }
   gang_status st = gang__fabric_run(a->f, x, n, a->deadline, a->what);
   if (x != stackx)

@@ -548,7 +548,8 @@ static gang_status post_p2p(gang_t *g, const gang__coll *c, gang_work *w) {
                       .ctx = p->ctx | P2P_CTX_BIT,
                       .seq = 0,
                       .buf = send ? (void *)c->in : c->out,
-                      .len = c->count};
+                      .len = c->count,
+                      .owns_buf = !send};
   w->impl = s;
   GANG_CHECK(gang__fabric_start(p->w->fabric, &s->x, 1, &s->grp, s->what));
   pthread_mutex_lock(&p->mu);

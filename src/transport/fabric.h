@@ -58,6 +58,12 @@ typedef struct gang__xfer {
    * lockstep instead of streaming freely (docs/fabric.md, "Paced
    * exchanges": what it measured, and how the piece is chosen). */
   const struct gang__xfer *pace;
+  /* recv, optional: nothing reads or writes buf until the receive
+   * completes (no send from it is in flight). The fabric may then read
+   * the next frame on the connection into it on the bet that it is this
+   * receive's, and move the bytes out again when it is not (read_posted
+   * in fabric.c). */
+  bool owns_buf;
 
   struct gang__xfer *next; /* engine: queue link */
   size_t off;              /* engine: bytes moved */
