@@ -19,7 +19,14 @@
  *                                        scatter by one recvmsg into both,
  *                                        or with TCP_FLOOR_READ=stage by a
  *                                        recv of up to 32 KiB into a buffer
- *                                        the payload is copied out of
+ *                                        the payload is copied out of;
+ *                                        with TCP_FLOOR_REDUCE set, each
+ *                                        exchange is followed by a float32
+ *                                        sum of what arrived into what was
+ *                                        sent (gang's kernel, the leader's
+ *                                        operand first): the floor of a
+ *                                        2-rank all_reduce done as one
+ *                                        exchange and one reduce
  *
  * Socket buffers are left to the kernel unless TCP_FLOOR_BUF is set (bytes
  * for SO_SNDBUF and SO_RCVBUF), the congestion control to the system unless
@@ -40,6 +47,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/reduce.h"
 #include "floor_util.h"
 
 static void tune(int fd) {
@@ -179,6 +187,7 @@ int main(int argc, char **argv) {
   int pp = strcmp(mode, "pingpong") == 0, duplex = strcmp(mode, "duplex") == 0;
   int warm = iters / 10 + 1;
   int spin = getenv("TCP_FLOOR_SPIN") ? atoi(getenv("TCP_FLOOR_SPIN")) : 0;
+  int reduce = getenv("TCP_FLOOR_REDUCE") != NULL;
   for (int i = -warm; i < iters; i++) {
     double t0 = floor_now_us();
     int rc;
@@ -207,6 +216,9 @@ int main(int argc, char **argv) {
         size_t n = bytes - o < piece ? bytes - o : piece;
         rc = pump(fd, sbuf + o, n, rbuf + o, n, spin, hdr);
       }
+      if (reduce && rc == 0)
+        gang__reduce3(sbuf, leader ? sbuf : rbuf, leader ? rbuf : sbuf,
+                      bytes / 4, GANG_FLOAT32, GANG_SUM);
     } else {
       rc = leader ? pump(fd, sbuf, bytes, NULL, 0, 0, 0)
                   : pump(fd, NULL, 0, rbuf, bytes, 0, 0);
