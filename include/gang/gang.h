@@ -145,8 +145,9 @@ GANG_API gang_status gang_all_to_all_v(gang_t *g, void *out,
                                        gang_dtype dtype);
 /* Point-to-point, matched by (peer, tag) in posting order. A receive's
  * buffer is the library's until the receive completes: it must not be read
- * or written meanwhile (nor sent from), and may hold other bytes until
- * then. */
+ * or written meanwhile (nor sent from). Its contents are the message once
+ * the receive succeeds, and unspecified before that or if it fails (other
+ * bytes may pass through it). */
 GANG_API gang_status gang_send(gang_t *g, const void *buf, size_t bytes,
                                int peer, int tag);
 GANG_API gang_status gang_recv(gang_t *g, void *buf, size_t bytes, int peer,

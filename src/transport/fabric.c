@@ -615,18 +615,19 @@ static void payload_got(conn *c, size_t n) {
 /* Reads the next frame into the stage (its head) and the first posted
  * receive (its payload) with one recvmsg, betting that the frame is that
  * receive's, as it is in a collective's exchange: the payload then lands in
- * place with no copy through the stage, and a payload of up to 64 KiB
- * takes one read (32 KiB exchanges over loopback measured 2.5-3 us faster
- * in bench/tcp_floor). A lost bet costs a copy: the bytes that went into
- * the receive's buffer are moved back behind the head, where a read into
- * the stage would have put them. Until the receive completes its buffer
- * is the fabric's to write: its own payload overwrites all of it later,
- * and nothing else reads it meanwhile (x->owns_buf: a receive
- * whose buffer a send may still be reading from is never bet on). Returns
- * what recvmsg did; *done says whether to stop reading: the socket had
- * less than asked for, or the bet won and its whole payload came (one more
- * recv would most likely say EAGAIN, 0.9-1 us here; poll() still sees
- * anything left). */
+ * place with no copy through the stage, and an unpadded payload (under
+ * 64 KiB) takes one read (32 KiB exchanges over loopback measured 2.5-3 us
+ * faster in bench/tcp_floor). A lost bet costs a copy: the bytes that went
+ * into the receive's buffer are moved back behind the head, where a read
+ * into the stage would have put them. Until the receive completes its
+ * buffer is the fabric's to write: nothing else reads it meanwhile
+ * (x->owns_buf: a receive whose buffer a send may still be reading from
+ * is never bet on), and its own payload overwrites all of it when it
+ * completes; one that fails keeps whatever landed in it. Returns what
+ * recvmsg did; *done says whether to stop reading: the socket had less
+ * than asked for, or the bet won and its whole payload came, which in an
+ * exchange is most likely all there was (reading on cost 0.5-1 us at
+ * 2-8 KiB, a recv that said EAGAIN; poll() still sees anything left). */
 static ssize_t read_posted(gang__fabric *f, conn *c, bool *done) {
   gang__xfer *x = c->posted_head;
   size_t head = frame_head(FRAME_DATA, x->len);
@@ -653,17 +654,23 @@ static ssize_t read_posted(gang__fabric *f, conn *c, bool *done) {
     memcpy(c->rhdr, h, HDR);
     on_header(f, c); /* x is the first posted receive it matches */
     payload_got(c, got - head);
-    *done = *done || c->rgot == c->rlen;
+    /* Stopping early must not let a send about to start skip a goodbye
+     * behind this frame (push_sends checks for one before a frame's first
+     * byte): with such a send queued, the pass reads on. */
+    *done = *done ||
+            (c->rgot == c->rlen && (c->sq_head == NULL || c->sq_head->off > 0));
   } else {
     memcpy(c->stage + head, x->buf, got - head);
     c->s_end = got;
+    x->lost_bet = true; /* its frame is not next: no more bets on it */
   }
   return r;
 }
 
 /* Reads whatever has arrived on c and consumes it. Under f->mu. A read
  * that returns less than asked for has emptied the socket, so the loop
- * stops there instead of paying for one more recv that says EAGAIN. */
+ * stops there instead of paying for one more recv that says EAGAIN; so
+ * does a won bet that completed its receive (read_posted). */
 static void pull(gang__fabric *f, conn *c) {
   bool drained = false;
   while (!c->dead && f->failed == GANG_OK) {
@@ -708,7 +715,8 @@ static void pull(gang__fabric *f, conn *c) {
     if (drained)
       return;
     if (!c->in_payload && staged == 0 && c->posted_head != NULL &&
-        c->posted_head->owns_buf && c->posted_head->len >= SCATTER_MIN) {
+        c->posted_head->owns_buf && !c->posted_head->lost_bet &&
+        c->posted_head->len >= SCATTER_MIN) {
       ssize_t r = read_posted(f, c, &drained);
       if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
         return;
@@ -777,6 +785,7 @@ static void register_xfer(gang__fabric *f, gang__xfer *x) {
   conn *c = &f->conns[x->peer];
   x->next = NULL;
   x->off = 0;
+  x->lost_bet = false;
   x->done = false;
   if (x->send) {
     if (c->bye) { /* it said goodbye: nobody will read this */

@@ -67,6 +67,7 @@ typedef struct gang__xfer {
 
   struct gang__xfer *next; /* engine: queue link */
   size_t off;              /* engine: bytes moved */
+  bool lost_bet;           /* engine: a read bet on this receive missed */
   gang__xgroup *grp;
   bool done;
 } gang__xfer;
