@@ -853,14 +853,11 @@ gang_status gang__shm_chan_attach(gang__shm *s, uint64_t ctx, const int *world,
   gang__shm_ctl **ctl = calloc((size_t)n, sizeof *ctl);
   unsigned char **stage = calloc((size_t)n, sizeof *stage);
   pid_t *pid = calloc((size_t)n, sizeof *pid);
-  uint64_t *known = calloc((size_t)n, sizeof *known);
-  if (c == NULL || ctl == NULL || stage == NULL || pid == NULL ||
-      known == NULL) {
+  if (c == NULL || ctl == NULL || stage == NULL || pid == NULL) {
     free(c);
     free(ctl);
     free(stage);
     free(pid);
-    free(known);
     return gang__error(GANG_NO_MEMORY, "shm: out of memory");
   }
   int slot = -1;
@@ -870,7 +867,6 @@ gang_status gang__shm_chan_attach(gang__shm *s, uint64_t ctx, const int *world,
     free(ctl);
     free(stage);
     free(pid);
-    free(known);
     return st;
   }
   unsigned char *b = chan_base(s, slot);
@@ -891,7 +887,6 @@ gang_status gang__shm_chan_attach(gang__shm *s, uint64_t ctx, const int *world,
                         .ctl = ctl,
                         .stage = stage,
                         .pid = pid,
-                        .known = known,
                         .fabric = s->fabric,
                         .deadline = GANG_DEADLINE_NONE};
   /* Start from where the channel is: a fresh claim is at 0. */
@@ -909,7 +904,6 @@ void gang__shm_chan_detach(gang__shm_chan *c) {
   free(c->ctl);
   free(c->stage);
   free(c->pid);
-  free(c->known);
   free(c->scratch);
   free(c);
 }

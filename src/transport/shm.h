@@ -113,7 +113,6 @@ typedef struct gang__shm_chan {
   int rank, size;          /* in the gang */
   uint64_t step;           /* steps this member has published */
   uint64_t synced;         /* every member is known to have published this */
-  uint64_t *known;         /* [size]: a step each is known to have published */
   size_t chunk;            /* bytes per staging buffer */
   bool cma;                /* single-copy reads allowed */
   bool oversubscribed;     /* more local ranks than CPUs: spin little */
@@ -251,53 +250,12 @@ static inline gang_status gang__shm_begin(gang__shm_chan *c, uint64_t t) {
   return gang__shm_reach_all(c, t - 1);
 }
 
-/* How far back begin_line looks at a member's step lines (below). */
-#define GANG_SHM_LOOK_BACK 8
-_Static_assert(GANG_SHM_LOOK_BACK > 0 && GANG_SHM_LOOK_BACK < GANG_SHM_LINES,
-               "a look back within the ring");
-
 /* Starts step t that writes nothing but this member's step line or small
  * slot: those are reused every GANG_SHM_LINES steps, so every member must
- * have published t - GANG_SHM_LINES + 1.
- *
- * Reading a member's line of that step every step would read the very
- * line the member writes next (t - GANG_SHM_LINES + 1 and t + 1 share
- * it): its publish would then wait for the line to come back, and a
- * member waiting for that publish with it. So a member's line of step
- * t - GANG_SHM_LOOK_BACK is read instead, one it wrote a while ago and
- * will not write again for as long: when it holds that step, the member
- * is known to be that far and is not looked at again for the next
- * GANG_SHM_LINES - GANG_SHM_LOOK_BACK - 1 steps; otherwise (a member
- * lagging behind, as the readers of a root's small broadcasts may) the
- * wait is the plain one. Measured, 2 ranks, far placement, alternated:
- * barrier 0.56 -> 0.46 us, 512-byte all_reduce 0.67-0.75 -> 0.60,
- * all_gather of 8-512 bytes 0.45-0.79 -> 0.41-0.44 (docs/shm.md). */
+ * have published t - GANG_SHM_LINES + 1. */
 static inline gang_status gang__shm_begin_line(gang__shm_chan *c, uint64_t t) {
-  if (t < GANG_SHM_LINES)
-    return GANG_OK;
-  uint64_t need = t - GANG_SHM_LINES + 1, back = t - GANG_SHM_LOOK_BACK;
-  if (c->synced >= need)
-    return GANG_OK;
-  uint64_t lo = back;
-  for (int m = 0; m < c->size; m++) {
-    if (m == c->rank)
-      continue;
-    if (c->known[m] < need) {
-      if (atomic_load_explicit(&c->ctl[m]->line[GANG_SHM_LINE(back)].seq,
-                               memory_order_acquire) >= back) {
-        c->known[m] = back;
-      } else {
-        gang_status st = gang__shm_wait_seq(c, m, need);
-        if (st != GANG_OK)
-          return st;
-        c->known[m] = need;
-      }
-    }
-    if (c->known[m] < lo)
-      lo = c->known[m];
-  }
-  c->synced = lo;
-  return GANG_OK;
+  return gang__shm_reach_all(c,
+                             t < GANG_SHM_LINES ? 0 : t - GANG_SHM_LINES + 1);
 }
 
 /* Where member's data of step t lives when `bytes` fits a step line or a
