@@ -89,6 +89,12 @@ _Static_assert(FRAME_PAGE <= STAGE_CAP, "the stage holds a padded head");
  * window of receives, so most arrive early) took 1.2-1.6 ms, and up to
  * 10 ms, instead of 0.7-0.8 with glibc told not to trim. */
 #define SPARE_MAX ((size_t)1 << 20)
+/* ... and only buffers of at least a page, at most this many: smaller ones
+ * come from malloc's caches without touching the heap's top, and the list
+ * searched for each early message stays short. */
+#define SPARE_MIN ((size_t)4096)
+#define SPARE_COUNT 16
+_Static_assert(SPARE_MIN >= 2 * sizeof(void *), "a kept buffer holds a spare");
 
 /* A kept buffer; its first bytes hold this. */
 typedef struct spare {
@@ -134,6 +140,7 @@ typedef struct conn {
   bool last_padded;     /* the last frame read was a large one (pull) */
   struct spare *spares; /* freed early-message buffers kept for the next */
   size_t spare_bytes;   /* their total size */
+  int spare_count;      /* and number */
 } conn;
 
 struct gang__fabric {
@@ -429,19 +436,22 @@ static uint8_t *early_buf(conn *c, size_t len, size_t *cap) {
       continue;
     *pp = k->next;
     c->spare_bytes -= k->cap;
+    c->spare_count--;
     *cap = k->cap;
     return (uint8_t *)k;
   }
-  *cap = len < sizeof(spare) ? sizeof(spare) : len;
-  return malloc(*cap);
+  *cap = len; /* kept later only if at least SPARE_MIN, room for a spare */
+  return malloc(len);
 }
 
-/* Gives an early message's buffer back: kept on c while the kept ones
- * stay within SPARE_MAX bytes, freed otherwise. */
+/* Gives an early message's buffer back: kept on c when it is at least
+ * SPARE_MIN bytes and the kept ones stay within SPARE_MAX bytes and
+ * SPARE_COUNT buffers, freed otherwise. */
 static void early_buf_free(conn *c, uint8_t *p, size_t cap) {
   if (p == NULL)
     return;
-  if (c->spare_bytes + cap > SPARE_MAX) {
+  if (cap < SPARE_MIN || c->spare_count >= SPARE_COUNT ||
+      c->spare_bytes + cap > SPARE_MAX) {
     free(p);
     return;
   }
@@ -450,6 +460,7 @@ static void early_buf_free(conn *c, uint8_t *p, size_t cap) {
   k->next = c->spares;
   c->spares = k;
   c->spare_bytes += cap;
+  c->spare_count++;
 }
 
 static void on_header(gang__fabric *f, conn *c) {
@@ -718,6 +729,17 @@ static ssize_t read_posted(gang__fabric *f, conn *c, bool *done) {
   return r;
 }
 
+/* Whether a read that returned r moved no bytes: nothing to read now
+ * (EAGAIN), or the connection ended, which fails or closes it. */
+static bool read_ended(gang__fabric *f, conn *c, ssize_t r) {
+  if (r > 0)
+    return false;
+  if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+    return true;
+  peer_closed(f, c, r < 0 ? errno : 0);
+  return true;
+}
+
 /* Reads whatever has arrived on c and consumes it. Under f->mu. A read
  * that returns less than asked for has emptied the socket, so the loop
  * stops there instead of paying for one more recv that says EAGAIN; so
@@ -768,13 +790,8 @@ static void pull(gang__fabric *f, conn *c) {
     if (!c->in_payload && staged == 0 && c->posted_head != NULL &&
         c->posted_head->owns_buf && !c->posted_head->lost_bet &&
         c->posted_head->len >= SCATTER_MIN) {
-      ssize_t r = read_posted(f, c, &drained);
-      if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+      if (read_ended(f, c, read_posted(f, c, &drained)))
         return;
-      if (r <= 0) {
-        peer_closed(f, c, r < 0 ? errno : 0);
-        return;
-      }
       f->moved++;
       continue;
     }
@@ -804,16 +821,8 @@ static void pull(gang__fabric *f, conn *c) {
         want = FRAME_PAGE - c->s_end % FRAME_PAGE;
     }
     ssize_t r = recv(c->fd, dst, want, MSG_DONTWAIT);
-    if (r < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
-        return;
-      peer_closed(f, c, errno);
+    if (read_ended(f, c, r))
       return;
-    }
-    if (r == 0) {
-      peer_closed(f, c, 0);
-      return;
-    }
     drained = (size_t)r < want;
     f->moved++;
     if (into_stage)
