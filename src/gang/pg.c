@@ -66,8 +66,10 @@ typedef struct pg {
   uint64_t ctx;
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  _Atomic uint64_t seq; /* collectives posted */
-  uint64_t subgangs;    /* sub-gangs created (a collective counter) */
+  /* Collectives posted. Only the posting thread (one at a time, gang.h)
+   * advances it, so it needs no read-modify-write. */
+  _Atomic uint64_t seq;
+  uint64_t subgangs; /* sub-gangs created (a collective counter) */
   gang_work *q_head, *q_tail;
   atomic_int queued; /* works in the queue (mirrors it, read without mu) */
   gang_work *p2p;    /* registered point-to-point works not yet completed */
@@ -574,6 +576,13 @@ static void p2p_done(pg *p, gang_work *w, gang_status st) {
 /* ---- Backend operations ---------------------------------------------------
  */
 
+/* The next collective's sequence number. */
+static uint64_t next_seq(pg *p) {
+  uint64_t s = atomic_load_explicit(&p->seq, memory_order_relaxed) + 1;
+  atomic_store_explicit(&p->seq, s, memory_order_relaxed);
+  return s;
+}
+
 static gang_status pg_post(gang_t *g, const gang__coll *c, gang_work *w) {
   pg *p = g->impl;
   if (c->kind == GANG_COLL_SEND || c->kind == GANG_COLL_RECV)
@@ -584,7 +593,7 @@ static gang_status pg_post(gang_t *g, const gang__coll *c, gang_work *w) {
     /* A blocking call with nothing queued or running runs here and now,
      * without the lock: its wait then finds it done (no deadline to
      * compute), which is most of a small collective's cost. */
-    w->seq = atomic_fetch_add(&p->seq, 1) + 1;
+    w->seq = next_seq(p);
     run_one(g, w);
     /* Sequentially consistent with the queuing side (queued, then
      * running): either a work queued meanwhile is seen here and its
@@ -608,7 +617,7 @@ static gang_status pg_post(gang_t *g, const gang__coll *c, gang_work *w) {
     p->has_thread = true;
   }
   atomic_fetch_add(&p->queued, 1);
-  w->seq = atomic_fetch_add(&p->seq, 1) + 1;
+  w->seq = next_seq(p);
   if (p->q_tail)
     p->q_tail->next = w;
   else

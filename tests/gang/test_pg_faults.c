@@ -332,6 +332,36 @@ static void test_mismatched_small_counts(void **state) {
   }
 }
 
+/* A barrier is a flagged step too (one byte, its own signature): against
+ * an all_reduce on the other rank, in flagged lines (2 floats) or in the
+ * small slot (200 floats), both ranks must see a mismatch naming both
+ * calls, not return as if they had met. arg: rank 1's count. */
+static int barrier_mismatch_rank(int rank, int size, void *arg) {
+  size_t n = *(const size_t *)arg;
+  gang_t *g = join(rank, size, 30000);
+  float buf[200] = {0};
+  gang_status st = rank == 0
+                       ? gang_barrier(g)
+                       : gang_all_reduce(g, buf, n, GANG_FLOAT32, GANG_SUM);
+  fprintf(stderr, "rank %d: %s: %s\n", rank, gang_status_name(st),
+          gang_last_error());
+  RCHECK(st == GANG_MISMATCH);
+  RCHECK(strstr(gang_last_error(), "barrier") != NULL);
+  RCHECK(strstr(gang_last_error(), "all_reduce") != NULL);
+  gang_destroy(g);
+  return 0;
+}
+
+static void test_barrier_against_all_reduce(void **state) {
+  (void)state;
+  size_t counts[] = {2, 200};
+  for (size_t i = 0; i < 2; i++) {
+    g_round++;
+    assert_int_equal(gt_run_ranks(2, barrier_mismatch_rank, &counts[i], 30000),
+                     0);
+  }
+}
+
 /* ---- the signature check ------------------------------------------------ */
 
 static int checked_rank(int rank, int size, void *arg) {
@@ -714,6 +744,7 @@ int main(void) {
       GT_TEST(test_abort_from_thread),
       GT_TEST(test_mismatched_counts),
       GT_TEST(test_mismatched_small_counts),
+      GT_TEST(test_barrier_against_all_reduce),
       GT_TEST(test_signature_check),
       GT_TEST(test_garbage_from_peer),
       GT_TEST(test_padded_frame_in_two_parts),
