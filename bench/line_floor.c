@@ -9,17 +9,19 @@
  * cache lines (56 bytes of data and an 8-byte flag stored last, release)
  * and spins until it sees all of the other's lines of that iteration. The
  * figure printed is the median over iterations of the larger of the two
- * processes' times, as bench/compare takes it. With one line this is the
- * exchange a 2-rank barrier or small all_reduce cannot beat on this
- * machine; the clock reads are in it, as they are in every library's
+ * processes' times, as bench/compare takes it, followed by the loop's
+ * period (the first process's whole timed loop over the iterations). With one
+ * line this is the exchange a 2-rank barrier or small all_reduce cannot beat on
+ * this machine; the clock reads are in it, as they are in every library's
  * figure. Processes are not pinned (neither are gang-bench's and the
  * peers' under bench/compare) unless LINE_FLOOR_PIN is set.
  * LINE_FLOOR_FENCE: after writing its lines each process makes a
  * sequentially consistent store to a line of its own that nobody reads,
- * as a library's publish does; it drains the store buffer, and the lines
- * reach the other process sooner here (1 line 0.34-0.36 us against
- * 0.43-0.46 unfenced, far placement). LINE_FLOOR_COPY: each also copies
- * the other's data out of the lines, as an all_reduce must. */
+ * as a library's publish does. Here that takes the per-iteration time
+ * from 0.43-0.46 us to 0.32-0.35 (1 line, far placement) but not the
+ * period: the two processes settle into another phase, the lines cross no
+ * faster (docs/performance.md). LINE_FLOOR_COPY: each also copies the
+ * other's data out of the lines, as an all_reduce must. */
 
 #include <sched.h>
 #include <stdatomic.h>
@@ -89,7 +91,10 @@ int main(int argc, char **argv) {
   int fence = getenv("LINE_FLOOR_FENCE") != NULL;
   int copy = getenv("LINE_FLOOR_COPY") != NULL;
   static unsigned char out[56 * MAX_LINES];
+  double start = 0;
   for (long i = -warm; i < iters; i++) {
+    if (i == 0)
+      start = floor_now_us();
     uint64_t flag = (uint64_t)(i + warm + 1);
     line *mine = s->lines[me][flag % SLOTS];
     line *theirs = s->lines[peer][flag % SLOTS];
@@ -111,6 +116,7 @@ int main(int argc, char **argv) {
     if (i >= 0)
       times[(size_t)me * (size_t)iters + (size_t)i] = t1 - t0;
   }
+  double period = (floor_now_us() - start) / (double)iters;
   if (me == 1)
     _exit(0);
   waitpid(child, NULL, 0);
@@ -119,7 +125,7 @@ int main(int argc, char **argv) {
       times[i] = times[iters + i];
   qsort(times, (size_t)iters, sizeof *times, floor_cmp_double);
   printf("line_floor %d line%s: %.3f us (median of %ld, max of the two "
-         "processes)\n",
-         nl, nl == 1 ? "" : "s", times[iters / 2], iters);
+         "processes); period %.3f us\n",
+         nl, nl == 1 ? "" : "s", times[iters / 2], iters, period);
   return 0;
 }
