@@ -136,11 +136,14 @@ static gang_status checked_bytes(const char *fn, size_t count, gang_dtype dtype,
   if (es == 0)
     return gang__error(GANG_INVALID_ARGUMENT,
                        "%s: dtype %d is not a gang_dtype", fn, (int)dtype);
-  if (count != 0 && (SIZE_MAX / es / mult) < count)
+  /* Multiplications that report overflow, not the divisions a bound would
+   * take: this runs on every call. */
+  size_t per;
+  if (__builtin_mul_overflow(count, es, &per) ||
+      __builtin_mul_overflow(per, mult, bytes))
     return gang__error(GANG_INVALID_ARGUMENT,
                        "%s: count %zu x %zu ranks overflows the address space",
                        fn, count, mult);
-  *bytes = count * es * mult;
   return GANG_OK;
 }
 

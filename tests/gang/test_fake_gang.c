@@ -180,6 +180,18 @@ static void test_argument_errors(void **state) {
   assert_int_equal(gang_all_gather(g, f, f, SIZE_MAX / 2, GANG_FLOAT32),
                    GANG_INVALID_ARGUMENT);
   assert_non_null(strstr(gang_last_error(), "overflows"));
+  /* Bytes per rank that fit, times the 2 ranks that do not. */
+  assert_int_equal(gang_all_gather(g, f, f, SIZE_MAX / 8 + 1, GANG_FLOAT32),
+                   GANG_INVALID_ARGUMENT);
+  assert_non_null(strstr(gang_last_error(), "overflows"));
+  assert_int_equal(
+      gang_all_reduce(g, f, SIZE_MAX / 4 + 1, GANG_FLOAT32, GANG_SUM),
+      GANG_INVALID_ARGUMENT);
+  assert_non_null(strstr(gang_last_error(), "overflows"));
+  assert_int_equal(
+      gang_reduce_scatter(g, f, f, SIZE_MAX / 8 + 1, GANG_FLOAT32, GANG_SUM),
+      GANG_INVALID_ARGUMENT);
+  assert_non_null(strstr(gang_last_error(), "overflows"));
   assert_int_equal(gang_send(g, f, 4, 0, 0), GANG_INVALID_ARGUMENT);
   assert_non_null(strstr(gang_last_error(), "this rank"));
   assert_int_equal(gang_send(g, f, 4, 1, -1), GANG_INVALID_ARGUMENT);
