@@ -158,20 +158,12 @@ gang_status gang__reduce_check(gang_dtype dt, gang_reduce_op op) {
   return GANG_OK;
 }
 
-/* Up to this many bytes the scalar kernels run instead of the vector ones,
- * whose setup costs more than a few elements: an 8-byte all_reduce over
- * shared memory took 0.009 us less (2 ranks, far placement, alternated
- * 593 rounds). Results are the same bit for bit either way. */
-#define REDUCE_SCALAR_MAX 32
-
 void gang__reduce3(void *dst, const void *a, const void *b, size_t count,
                    gang_dtype dt, gang_reduce_op op) {
   int col = op_column(op);
   if (count == 0 || col < 0 || (unsigned)dt >= (unsigned)GANG_DTYPE_COUNT)
     return;
-  const gang__reduce_table *t = count * gang_dtype_size(dt) <= REDUCE_SCALAR_MAX
-                                    ? &gang__reduce_table_baseline
-                                    : table();
+  const gang__reduce_table *t = table();
   /* Large out-of-place results are streamed past the cache (reduce_impl.h
    * says why); in place, the destination lines are read anyway. */
   if (dst != a && dst != b && t->nt[dt][col] != NULL &&
