@@ -46,9 +46,10 @@
 /* Most ranks of one world on one host that share an arena. */
 #define GANG_SHM_MAX_LOCAL 128
 /* Step lines per member, a ring: step t uses line GANG_SHM_LINE(t). A
- * step that writes nothing but its line (a barrier, a small broadcast)
- * may run that many steps minus one ahead of the slowest member, so a
- * root of small broadcasts is not held to every reader's pace. */
+ * step that writes nothing but its line or its small slot of that step
+ * (a barrier, a small broadcast or all_reduce) may run that many steps minus
+ * one ahead of the slowest member, so a root of small broadcasts is not held to
+ * every reader's pace. */
 #define GANG_SHM_LINES 16
 #define GANG_SHM_LINE(t) ((t) & (GANG_SHM_LINES - 1))
 /* Bytes of inline data in a step line. */
