@@ -10,7 +10,10 @@
  * and spins until it sees all of the other's lines of that iteration. The
  * figure printed is the median over iterations of the larger of the two
  * processes' times, as bench/compare takes it, followed by the loop's
- * period (the first process's whole timed loop over the iterations). With one
+ * period (the first process's whole timed loop over the iterations), and
+ * bench/arrival.h's two parts of the first figure: the spread of the two
+ * entries and the time from the later entry to the later exit, the
+ * exchange's own cost whatever phase the loop settles into. With one
  * line this is the exchange a 2-rank barrier or small all_reduce cannot beat on
  * this machine; the clock reads are in it, as they are in every library's
  * figure. Processes are not pinned (neither are gang-bench's and the
@@ -34,6 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "arrival.h"
 #include "floor_util.h"
 
 #define SLOTS 16     /* iterations before a line is reused */
@@ -68,9 +72,10 @@ int main(int argc, char **argv) {
   long warm = iters / 10 + 100;
   shared *s = mmap(NULL, sizeof *s, PROT_READ | PROT_WRITE,
                    MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  double *times =
-      mmap(NULL, 2 * (size_t)iters * sizeof *times, PROT_READ | PROT_WRITE,
-           MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  /* Per process: the iterations' times, then bench/arrival.h's record. */
+  size_t per = 4 * (size_t)iters;
+  double *times = mmap(NULL, 2 * per * sizeof *times, PROT_READ | PROT_WRITE,
+                       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (s == MAP_FAILED || times == MAP_FAILED) {
     perror("mmap");
     return 1;
@@ -113,19 +118,26 @@ int main(int argc, char **argv) {
       for (int k = 0; k < nl; k++)
         memcpy(out + 56 * k, theirs[k].data, 56);
     double t1 = floor_now_us();
-    if (i >= 0)
-      times[(size_t)me * (size_t)iters + (size_t)i] = t1 - t0;
+    if (i >= 0) {
+      double *mt = times + (size_t)me * per;
+      mt[i] = t1 - t0;
+      arrival_record(mt + iters, (size_t)iters, (size_t)i, t0, t1);
+    }
   }
   double period = (floor_now_us() - start) / (double)iters;
   if (me == 1)
     _exit(0);
   waitpid(child, NULL, 0);
-  for (long i = 0; i < iters; i++)
-    if (times[iters + i] > times[i])
-      times[i] = times[iters + i];
+  for (size_t i = 0; i < per; i++) /* the MAX over the two */
+    if (times[per + i] > times[i])
+      times[i] = times[per + i];
+  double spread, after_last;
+  arrival_medians(times + iters, (size_t)iters, &spread, &after_last);
   qsort(times, (size_t)iters, sizeof *times, floor_cmp_double);
   printf("line_floor %d line%s: %.3f us (median of %ld, max of the two "
-         "processes); period %.3f us\n",
-         nl, nl == 1 ? "" : "s", times[iters / 2], iters, period);
+         "processes); period %.3f us; entry spread %.3f us, after last "
+         "arrival %.3f us\n",
+         nl, nl == 1 ? "" : "s", times[iters / 2], iters, period, spread,
+         after_last);
   return 0;
 }

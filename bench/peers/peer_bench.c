@@ -10,6 +10,8 @@
  * iterations. Only the collective runs inside the loop. */
 #include "peer_bench.h"
 
+#include "../arrival.h"
+
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
@@ -110,12 +112,15 @@ static void usage(void) {
          "  --op all_reduce|all_gather|reduce_scatter|broadcast|all_to_all|"
          "barrier\n"
          "  --inplace-only  --outofplace-only  --json\n"
+         "  --arrival  also the entries' spread and the time from the last "
+         "entry\n"
+         "             to the last exit (medians; every rank on one machine)\n"
          "  -A, --algo NAME[,NAME...]  algorithms to measure in turn "
          "(library specific)\n",
          prog_name);
 }
 
-enum { OPT_OP = 256, OPT_INPLACE, OPT_OUTPLACE, OPT_JSON };
+enum { OPT_OP = 256, OPT_INPLACE, OPT_OUTPLACE, OPT_JSON, OPT_ARRIVAL };
 
 int pb_parse_args(int argc, char **argv, const char *prog, pb_args *a) {
   prog_name = prog;
@@ -144,6 +149,7 @@ int pb_parse_args(int argc, char **argv, const char *prog, pb_args *a) {
       {"inplace-only", no_argument, NULL, OPT_INPLACE},
       {"outofplace-only", no_argument, NULL, OPT_OUTPLACE},
       {"json", no_argument, NULL, OPT_JSON},
+      {"arrival", no_argument, NULL, OPT_ARRIVAL},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   int only_in = 0, only_out = 0, c, k;
@@ -216,6 +222,9 @@ int pb_parse_args(int argc, char **argv, const char *prog, pb_args *a) {
       break;
     case OPT_JSON:
       a->json = 1;
+      break;
+    case OPT_ARRIVAL:
+      a->arrival = 1;
       break;
     case 'h':
       usage();
@@ -380,12 +389,14 @@ typedef struct result {
   int ran;
   double time_us, algbw, busbw;
   int64_t wrong;
+  double spread_us, after_last_us; /* --arrival only */
 } result;
 
 typedef struct run_state {
   pb_backend *b;
   const pb_args *a;
   double *times, *sorted;
+  double *arrival; /* --arrival: 3 * iters (bench/arrival.h) */
   unsigned char *send, *recv, *stage;
   double bw_sum;
   int bw_count;
@@ -475,9 +486,18 @@ static int measure(run_state *st, const pb_call *c, result *res) {
   for (int i = 0; i < a->iters; i++) {
     double t0 = now_us();
     rc = b->run(b->ctx, c);
-    st->times[i] = now_us() - t0;
+    double t1 = now_us();
+    st->times[i] = t1 - t0;
+    if (st->arrival != NULL)
+      arrival_record(st->arrival, (size_t)a->iters, (size_t)i, t0, t1);
     if (rc != 0)
       goto out;
+  }
+  if (st->arrival != NULL) {
+    if ((rc = b->max_f64(b->ctx, st->arrival, 3 * (size_t)a->iters)) != 0)
+      goto out;
+    arrival_medians(st->arrival, (size_t)a->iters, &res->spread_us,
+                    &res->after_last_us);
   }
   if ((rc = b->max_f64(b->ctx, st->times, (size_t)a->iters)) != 0)
     goto out;
@@ -514,7 +534,7 @@ out:
   return rc;
 }
 
-static void json_result(const result *r, int has_bw) {
+static void json_result(const result *r, int has_bw, int arrival) {
   if (!r->ran) {
     printf("null");
     return;
@@ -525,9 +545,14 @@ static void json_result(const result *r, int has_bw) {
   else
     printf("\"algbw_gbs\":null,\"busbw_gbs\":null,");
   if (r->wrong < 0)
-    printf("\"wrong\":null}");
+    printf("\"wrong\":null");
   else
-    printf("\"wrong\":%lld}", (long long)r->wrong);
+    printf("\"wrong\":%lld", (long long)r->wrong);
+  if (arrival) {
+    printf(",");
+    arrival_json(r->spread_us, r->after_last_us);
+  }
+  printf("}");
 }
 
 static void text_result(const result *r, int has_bw) {
@@ -563,9 +588,9 @@ static void print_row(run_state *st, const pb_call *c, const result *out,
     if (algo != NULL)
       printf("\"algo\":\"%s\",", algo);
     printf("\"out_of_place\":");
-    json_result(out, !bar);
+    json_result(out, !bar, a->arrival);
     printf(",\"in_place\":");
-    json_result(in, !bar);
+    json_result(in, !bar, a->arrival);
     printf("}\n");
   } else {
     printf("%12zu  %12zu  %8s  %6s  %6d", c->s.bytes, c->s.count, type, redop,
@@ -575,6 +600,10 @@ static void print_row(run_state *st, const pb_call *c, const result *out,
     if (algo != NULL)
       printf("  %s", algo);
     printf("\n");
+    if (a->arrival)
+      arrival_print((const int[2]){out->ran, in->ran},
+                    (const double[2]){out->spread_us, in->spread_us},
+                    (const double[2]){out->after_last_us, in->after_last_us});
   }
   fflush(stdout);
 }
@@ -649,7 +678,10 @@ int pb_run(pb_backend *b, const pb_args *a) {
   st.stage = buffer(cap);
   st.times = calloc((size_t)a->iters, sizeof *st.times);
   st.sorted = calloc((size_t)a->iters, sizeof *st.sorted);
-  int64_t ok = st.send && st.recv && st.stage && st.times && st.sorted;
+  st.arrival =
+      a->arrival ? calloc(3 * (size_t)a->iters, sizeof *st.arrival) : NULL;
+  int64_t ok = st.send && st.recv && st.stage && st.times && st.sorted &&
+               (!a->arrival || st.arrival);
   int rc = 0;
   if (!ok)
     fprintf(stderr, "%s rank %d: cannot allocate %zu-byte buffers\n", prog_name,
@@ -698,5 +730,6 @@ int pb_run(pb_backend *b, const pb_args *a) {
   free(st.stage);
   free(st.times);
   free(st.sorted);
+  free(st.arrival);
   return rc;
 }

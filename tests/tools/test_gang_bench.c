@@ -4,7 +4,8 @@
  * checking on. Rank 0's table is parsed: row and column counts, sizes as
  * nccl-tests rounds them, #wrong, busbw = algbw x the collective's factor,
  * the footer; --json output is checked to be valid JSON with the expected
- * keys. Bad flags must exit 2 naming the flag, and a corrupted result
+ * keys, and --arrival's two figures checked against the time column. Bad
+ * flags must exit 2 naming the flag, and a corrupted result
  * (GANG_BENCH_CORRUPT) must be counted and exit 1. */
 #include <ctype.h>
 #include <errno.h>
@@ -473,6 +474,54 @@ static void test_bad_flags(void **state) {
   free(out);
 }
 
+/* --arrival: each placement also reports the median spread of the ranks'
+ * entries and the median time from the last entry to the last exit. The
+ * latter is at most the time column, iteration by iteration (the rank that
+ * leaves last entered no later than the last), so its median is too. The
+ * table says the same in a comment line under each row. */
+static void check_arrival_fields(const char *line, const char *placement) {
+  const char *p = strstr(line, placement);
+  assert_non_null(p);
+  double t = json_num(p, "time_us"), spread = json_num(p, "spread_us"),
+         after = json_num(p, "after_last_us");
+  if (!(spread >= 0 && after > 0 && after <= t * (1 + 1e-5)))
+    fail_msg("%s: time %g, spread %g, after last %g", placement, t, spread,
+             after);
+}
+
+static void test_arrival(void **state) {
+  (void)state;
+  const char *json[] = {"--op", "all_reduce", "-b",        "8",      "-e", "1k",
+                        "-f",   "8",          "-n",        "200",    "-w", "10",
+                        "-c",   "1",          "--arrival", "--json", NULL};
+  char *out = run_bench(2, json);
+  int rows = 0;
+  char *save = NULL;
+  for (char *line = strtok_r(out, "\n", &save); line;
+       line = strtok_r(NULL, "\n", &save)) {
+    if (strncmp(line, "{\"summary\":", 11) == 0)
+      continue;
+    rows++;
+    check_arrival_fields(line, "\"out_of_place\":");
+    check_arrival_fields(line, "\"in_place\":");
+  }
+  assert_int_equal(rows, 3); /* 8, 64 and 512 bytes */
+  free(out);
+
+  const char *table[] = {"--op", "barrier", "-n", "200", "--arrival", NULL};
+  out = run_bench(3, table);
+  const char *a = strstr(out, "#  arrival: out-of-place spread ");
+  assert_non_null(a);
+  double spread = -1, after = -1;
+  assert_int_equal(sscanf(a,
+                          "#  arrival: out-of-place spread %lf us, after "
+                          "last %lf us",
+                          &spread, &after),
+                   2);
+  assert_true(spread >= 0 && after > 0);
+  free(out);
+}
+
 int main(void) {
   tool = gt_tool_path("gang-bench");
   const struct CMUnitTest tests[] = {
@@ -483,6 +532,7 @@ int main(void) {
       GT_TEST(test_json),
       GT_TEST(test_all_types_and_ops),
       GT_TEST(test_16_ranks_oversubscribed),
+      GT_TEST(test_arrival),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   free(tool);

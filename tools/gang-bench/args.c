@@ -95,6 +95,9 @@ static void usage(FILE *out) {
       "      --inplace-only    only the in-place placement\n"
       "      --outofplace-only only the out-of-place placement\n"
       "      --json            JSON Lines instead of the table\n"
+      "      --arrival         also the spread of the ranks' entries and the\n"
+      "                        time from the last entry to the last exit\n"
+      "                        (medians; every rank on one machine)\n"
       "  -h, --help            this text\n"
       "\n"
       "Exit status: 0 all good, 1 wrong results or a failed collective, "
@@ -188,7 +191,7 @@ static int parse_ops(const char *flag, const char *s, bench_args *a) {
   return bad(flag, s, "is not a reduce operation");
 }
 
-enum { OPT_OP = 256, OPT_INPLACE, OPT_OUTPLACE, OPT_JSON };
+enum { OPT_OP = 256, OPT_INPLACE, OPT_OUTPLACE, OPT_JSON, OPT_ARRIVAL };
 
 int bench_parse_args(int argc, char **argv, bench_args *a) {
   *a = (bench_args){.min_bytes = 8,
@@ -220,6 +223,7 @@ int bench_parse_args(int argc, char **argv, bench_args *a) {
       {"inplace-only", no_argument, NULL, OPT_INPLACE},
       {"outofplace-only", no_argument, NULL, OPT_OUTPLACE},
       {"json", no_argument, NULL, OPT_JSON},
+      {"arrival", no_argument, NULL, OPT_ARRIVAL},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   int only_in = 0, only_out = 0;
@@ -296,6 +300,9 @@ int bench_parse_args(int argc, char **argv, bench_args *a) {
       break;
     case OPT_JSON:
       a->json = 1;
+      break;
+    case OPT_ARRIVAL:
+      a->arrival = 1;
       break;
     case 'h':
       usage(stdout);

@@ -36,6 +36,7 @@ typedef struct bench_args {
   int inplace;  /* run the in-place placement */
   int outplace; /* run the out-of-place placement */
   int json;
+  int arrival; /* --arrival: entry spread and time after the last arrival */
   bench_coll coll;
   gang_dtype dtypes[BENCH_MAX_DTYPES];
   int ndtypes;

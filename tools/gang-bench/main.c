@@ -24,6 +24,7 @@
 #include <gang/gang.h>
 #include <gang/version.h>
 
+#include "../../bench/arrival.h"
 #include "bench.h"
 
 /* One rank's state for the whole run. */
@@ -34,6 +35,7 @@ typedef struct bench {
   unsigned char *send, *recv, *stage; /* stage: all_to_all in place only */
   double *times;                      /* a->iters per-iteration times, us */
   double *sorted;
+  double *arrival; /* --arrival: 3 * a->iters (bench/arrival.h) */
   /* Totals over the run, valid on every rank (reduced as rows go). */
   double bw_sum;
   int bw_count;
@@ -54,7 +56,8 @@ typedef struct shape {
 typedef struct placement {
   int ran;
   double time_us, algbw, busbw;
-  int64_t wrong; /* -1: not checked */
+  int64_t wrong;                   /* -1: not checked */
+  double spread_us, after_last_us; /* --arrival only */
 } placement;
 
 static int fail(bench *b, const char *what, gang_status st) {
@@ -241,9 +244,18 @@ static int measure(bench *b, bench_coll c, int inplace, const shape *s,
   for (int i = 0; i < a->iters; i++) {
     double t0 = now_us();
     gang_status st = run_once(b, c, inplace, s, dt, op, root);
-    b->times[i] = now_us() - t0;
+    double t1 = now_us();
+    b->times[i] = t1 - t0;
+    if (b->arrival != NULL)
+      arrival_record(b->arrival, (size_t)a->iters, (size_t)i, t0, t1);
     if (st != GANG_OK)
       return fail(b, bench_coll_name(c), st);
+  }
+  if (b->arrival != NULL) {
+    TRY(b, gang_all_reduce(b->g, b->arrival, 3 * (size_t)a->iters, GANG_FLOAT64,
+                           GANG_MAX));
+    arrival_medians(b->arrival, (size_t)a->iters, &p->spread_us,
+                    &p->after_last_us);
   }
   TRY(b, gang_all_reduce(b->g, b->times, (size_t)a->iters, GANG_FLOAT64,
                          GANG_MAX));
@@ -303,7 +315,7 @@ static void print_placement(const placement *p, int has_bw) {
     printf("  %6lld", (long long)p->wrong);
 }
 
-static void json_placement(const placement *p, int has_bw) {
+static void json_placement(const placement *p, int has_bw, int arrival) {
   if (!p->ran) {
     printf("null");
     return;
@@ -314,9 +326,14 @@ static void json_placement(const placement *p, int has_bw) {
   else
     printf("\"algbw_gbs\":null,\"busbw_gbs\":null,");
   if (p->wrong < 0)
-    printf("\"wrong\":null}");
+    printf("\"wrong\":null");
   else
-    printf("\"wrong\":%lld}", (long long)p->wrong);
+    printf("\"wrong\":%lld", (long long)p->wrong);
+  if (arrival) {
+    printf(",");
+    arrival_json(p->spread_us, p->after_last_us);
+  }
+  printf("}");
 }
 
 static void print_row(const bench *b, bench_coll c, const shape *s,
@@ -329,9 +346,9 @@ static void print_row(const bench *b, bench_coll c, const shape *s,
     printf("{\"collective\":\"%s\",\"ranks\":%d,\"size\":%zu,\"count\":%zu,"
            "\"type\":\"%s\",\"redop\":\"%s\",\"root\":%d,\"out_of_place\":",
            bench_coll_name(c), b->size, s->bytes, s->count, type, redop, root);
-    json_placement(out, !is_barrier);
+    json_placement(out, !is_barrier, b->arrival != NULL);
     printf(",\"in_place\":");
-    json_placement(in, !is_barrier);
+    json_placement(in, !is_barrier, b->arrival != NULL);
     printf("}\n");
   } else {
     printf("%12zu  %12zu  %8s  %6s  %6d", s->bytes, s->count, type, redop,
@@ -339,6 +356,10 @@ static void print_row(const bench *b, bench_coll c, const shape *s,
     print_placement(out, !is_barrier);
     print_placement(in, !is_barrier);
     printf("\n");
+    if (b->arrival != NULL)
+      arrival_print((const int[2]){out->ran, in->ran},
+                    (const double[2]){out->spread_us, in->spread_us},
+                    (const double[2]){out->after_last_us, in->after_last_us});
   }
   fflush(stdout);
 }
@@ -364,6 +385,17 @@ static int print_header(bench *b) {
     return 1;
   }
   TRY(b, gang_all_gather(b->g, all, &me, sizeof me, GANG_UINT8));
+  for (int r = 1; b->arrival != NULL && r < b->size; r++)
+    if (strncmp(all[r].host, all[0].host, sizeof all[r].host) != 0) {
+      if (b->rank == 0)
+        fprintf(stderr,
+                "gang-bench: --arrival compares the ranks' clocks, so every "
+                "rank must be on one host: rank %d is on %.59s, rank 0 on "
+                "%.59s\n",
+                r, all[r].host, all[0].host);
+      free(all);
+      return 2;
+    }
   if (b->rank != 0 || b->a->json) {
     free(all);
     return 0;
@@ -539,10 +571,11 @@ int main(int argc, char **argv) {
   b.stage = a.coll == COLL_ALL_TO_ALL ? buffer(cap) : NULL;
   b.times = calloc((size_t)a.iters, sizeof *b.times);
   b.sorted = calloc((size_t)a.iters, sizeof *b.sorted);
+  b.arrival = a.arrival ? calloc(3 * (size_t)a.iters, sizeof *b.arrival) : NULL;
   /* Agree on whether every rank has its buffers, so that one rank short of
    * memory ends the run everywhere instead of leaving the others waiting. */
   int64_t ok = b.send && b.recv && (a.coll != COLL_ALL_TO_ALL || b.stage) &&
-               b.times && b.sorted;
+               b.times && b.sorted && (!a.arrival || b.arrival);
   if (!ok)
     fprintf(stderr,
             "gang-bench rank %d: cannot allocate buffers of %zu "
@@ -572,6 +605,7 @@ int main(int argc, char **argv) {
   free(b.stage);
   free(b.times);
   free(b.sorted);
+  free(b.arrival);
   gang_destroy(b.g);
   return rc;
 }
