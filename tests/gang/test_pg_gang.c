@@ -4,6 +4,9 @@
  * paths), every dtype and reduce op, on the world gang and on sub-gangs,
  * blocking and _post forms. Integer results are exact; float data are
  * small integers, so every reduction order gives the exact result too.
+ * Before those: barriers that must not let a rank out before all are in,
+ * and calls that take different paths on different ranks (blocking at
+ * once, or queued behind posted ones) but must agree on their sequence.
  *
  * The transport is the test's argument (one ctest each):
  *   shm    ranks share this host: shared memory, single copy allowed;
@@ -16,8 +19,11 @@
  *   mixed  GANG_HOST_ID makes even and odd ranks two hosts: the world and
  *          the reversed gang go over TCP, the odd/even halves over shm. */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <time.h>
 
 #include "harness/harness.h"
 
@@ -28,6 +34,11 @@
 static int g_port;
 static int g_round; /* a fresh store namespace per run */
 static const char *g_mode = "shm";
+
+/* Barrier rounds of check_barrier_order, and how many ranks entered each:
+ * shared by the rank processes (mapped before they fork), zeroed per run. */
+#define ORDER_ROUNDS 400
+static _Atomic int *g_entered;
 
 /* Value of element i on rank r for op, as a double (always a small
  * integer, exact in every dtype including float16/bfloat16 and int8). */
@@ -382,6 +393,92 @@ static void check_p2p_and_bytes(gang_t *g) {
   gang_bytes_free(g, outs, lens);
 }
 
+static uint64_t xorshift(uint64_t *s) {
+  uint64_t x = *s;
+  x ^= x << 13;
+  x ^= x >> 7;
+  x ^= x << 17;
+  return *s = x;
+}
+
+/* No rank leaves a barrier before every rank has entered it. Each rank
+ * counts itself in (in memory the rank processes share) just before the
+ * barrier and checks the count right after it. Ranks arrive in a random
+ * order, some after a sleep, and between barriers run small broadcasts
+ * (whose root may run steps ahead of the readers), all_reduces and
+ * all_gathers, chosen alike on every rank. */
+static void check_barrier_order(gang_t *g) {
+  int rank = gang_rank(g), size = gang_size(g);
+  uint64_t common = 0x9e3779b97f4a7c15ull;
+  uint64_t mine = 0x2545f4914f6cdd1dull * (uint64_t)(rank + 1);
+  int32_t in[8], out[8]; /* sizes up to 8 */
+  for (int i = 0; i < ORDER_ROUNDS; i++) {
+    int ncalls = (int)(xorshift(&common) % 3);
+    for (int k = 0; k < ncalls; k++) {
+      int what = (int)(xorshift(&common) % 3);
+      int root = (int)(xorshift(&common) % (uint64_t)size);
+      for (int j = 0; j < 8; j++)
+        in[j] = rank * 100 + i + j;
+      if (what == 0) {
+        RCHECK_OK(gang_broadcast(g, in, 8, GANG_INT32, root));
+        RCHECK(in[7] == root * 100 + i + 7);
+      } else if (what == 1) {
+        RCHECK_OK(gang_all_reduce(g, in, 1, GANG_INT32, GANG_MAX));
+        RCHECK(in[0] == (size - 1) * 100 + i);
+      } else {
+        RCHECK_OK(gang_all_gather(g, out, in, 1, GANG_INT32));
+        RCHECK(out[size - 1] == (size - 1) * 100 + i);
+      }
+    }
+    uint64_t r = xorshift(&mine) % 1000;
+    if (r < 5) {
+      struct timespec ts = {0, (long)(xorshift(&mine) % 2000000)};
+      nanosleep(&ts, NULL);
+    } else if (r < 300) {
+      volatile int spin = 0;
+      for (int n = (int)(xorshift(&mine) % 20000); n > 0; n--)
+        spin += n;
+    }
+    atomic_fetch_add(&g_entered[i], 1);
+    RCHECK_OK(gang_barrier(g));
+    int seen = atomic_load(&g_entered[i]);
+    if (seen != size)
+      fprintf(stderr, "rank %d left barrier %d when %d of %d had entered\n",
+              rank, i, seen, size);
+    RCHECK(seen == size);
+  }
+}
+
+/* The same collectives through different paths on different ranks: in each
+ * round some ranks block in every call (each runs at once on the caller's
+ * thread), the others post two and block in the third, which queues behind
+ * them. Every path must give the call the same sequence number, which
+ * tells TCP frames of different collectives apart, and the right result. */
+static void check_paths(gang_t *g) {
+  int rank = gang_rank(g), size = gang_size(g);
+  int64_t ranks_sum = (int64_t)size * (size + 1) / 2;
+  for (int round = 0; round < 30; round++) {
+    int64_t a[3];
+    for (int k = 0; k < 3; k++)
+      a[k] = (int64_t)(rank + 1) * (round * 3 + k + 1);
+    if ((rank + round) % 2 == 0) {
+      for (int k = 0; k < 3; k++)
+        RCHECK_OK(gang_all_reduce(g, &a[k], 1, GANG_INT64, GANG_SUM));
+    } else {
+      gang_work *w0 = NULL, *w1 = NULL;
+      RCHECK_OK(gang_all_reduce_post(g, &a[0], 1, GANG_INT64, GANG_SUM, &w0));
+      RCHECK_OK(gang_all_reduce_post(g, &a[1], 1, GANG_INT64, GANG_SUM, &w1));
+      RCHECK_OK(gang_all_reduce(g, &a[2], 1, GANG_INT64, GANG_SUM));
+      RCHECK_OK(gang_work_wait(w0, -1));
+      RCHECK_OK(gang_work_wait(w1, -1));
+      gang_work_free(w0);
+      gang_work_free(w1);
+    }
+    for (int k = 0; k < 3; k++)
+      RCHECK(a[k] == ranks_sum * (round * 3 + k + 1));
+  }
+}
+
 static int rank_main(int rank, int size, void *arg) {
   (void)arg;
   if (strcmp(g_mode, "mixed") == 0)
@@ -395,6 +492,8 @@ static int rank_main(int rank, int size, void *arg) {
   RCHECK(gang_rank(g) == rank && gang_size(g) == size);
   /* 50000 elements take the large-message paths of shared memory (single
    * copy, or many staged chunks). */
+  check_barrier_order(g);
+  check_paths(g);
   size_t counts[] = {0, 1, 7, 1000, 50000};
   for (size_t c = 0; c < 5; c++) {
     check_all_reduce(g, counts[c], c == 2);
@@ -453,10 +552,14 @@ static void test_matrix(void **state) {
   (void)state;
   gt_store_proc srv = gt_store_proc_start(NULL);
   g_port = srv.port;
+  g_entered = mmap(NULL, ORDER_ROUNDS * sizeof *g_entered,
+                   PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  assert_true(g_entered != MAP_FAILED);
   int sizes[] = {1, 2, 3, 4, 5, 8};
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
     fprintf(stderr, "world size %d\n", sizes[i]);
     g_round++;
+    memset((void *)g_entered, 0, ORDER_ROUNDS * sizeof *g_entered);
     assert_int_equal(gt_run_ranks(sizes[i], rank_main, NULL, 240000), 0);
   }
   /* Each TCP all_reduce algorithm forced over every size and count. */
@@ -466,10 +569,12 @@ static void test_matrix(void **state) {
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
       fprintf(stderr, "%s, world size %d\n", algos[a], sizes[i]);
       g_round++;
+      memset((void *)g_entered, 0, ORDER_ROUNDS * sizeof *g_entered);
       assert_int_equal(gt_run_ranks(sizes[i], rank_main, NULL, 240000), 0);
     }
   }
   unsetenv("GANG_ALGO");
+  munmap((void *)g_entered, ORDER_ROUNDS * sizeof *g_entered);
   gt_store_proc_stop(&srv);
 }
 
