@@ -31,7 +31,8 @@ static bool ll_ready(const shm_ll_line *l, size_t lines, uint64_t flag) {
  * while one is late, and the spin stays as short as a step-line wait's. */
 static bool ll_poll(gang__shm_chan *c, uint64_t t, size_t lines,
                     uint64_t flag) {
-  int spins = c->oversubscribed ? 64 : 4096;
+  /* Oversubscribed: hardly at all, as a step-line wait (shm.c). */
+  int spins = c->oversubscribed ? 4 : 4096;
   int m = c->rank == 0 ? 1 : 0;
   for (int i = 0; i < spins; i++) {
     while (m < c->size && ll_ready(shm_ll_slot(c, m, t), lines, flag))

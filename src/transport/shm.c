@@ -188,8 +188,12 @@ gang_status gang__shm_wait_slow(gang__shm_chan *c, int member, uint64_t seq) {
   gang__shm_wake *w = &c->ctl[member]->wake;
   gang__shm *s = c->arena;
   /* Spin first: a peer on another core answers within a microsecond or
-   * two. With more ranks than CPUs the peer needs our CPU: spin little. */
-  int spins = c->oversubscribed ? 64 : 20000;
+   * two. With more ranks than CPUs the peer most likely needs our CPU:
+   * a few pauses (about 20 ns each here), then yield. 64 pauses measured
+   * 10-23 % slower for small collectives with 8 and 16 ranks on 2 cores
+   * (paired rounds, docs/performance.md): the spin burnt the CPU the
+   * member being waited for had to run on. */
+  int spins = c->oversubscribed ? 4 : 20000;
   for (int i = 0; i < spins; i++) {
     if (atomic_load_explicit(&f->seq, memory_order_acquire) >= seq)
       return GANG_OK;
