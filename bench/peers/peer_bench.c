@@ -10,7 +10,7 @@
  * iterations. Only the collective runs inside the loop. */
 #include "peer_bench.h"
 
-#include "../arrival.h"
+#include "../../tools/gang-bench/arrival.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -21,6 +21,7 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <unistd.h>
 
 #define GUARD 256
 #define GUARD_BYTE 0xa5
@@ -396,7 +397,7 @@ typedef struct run_state {
   pb_backend *b;
   const pb_args *a;
   double *times, *sorted;
-  double *arrival; /* --arrival: 3 * iters (bench/arrival.h) */
+  double *arrival; /* --arrival: 3 * iters (tools/gang-bench/arrival.h) */
   unsigned char *send, *recv, *stage;
   double bw_sum;
   int bw_count;
@@ -664,6 +665,29 @@ static int run_rows(run_state *st) {
   return 0;
 }
 
+/* --arrival compares the ranks' clocks: every rank must be on this host.
+ * The host names' hashes (exact in a double) must agree: the largest and
+ * the smallest over the ranks, from one MAX of (h, -h). 1: one host, 0:
+ * several (rank 0 says so), -1: the reduction failed. */
+static int same_host(pb_backend *b) {
+  char host[256] = "";
+  gethostname(host, sizeof host - 1);
+  uint32_t h = 2166136261u; /* FNV-1a */
+  for (const char *p = host; *p; p++)
+    h = (h ^ (unsigned char)*p) * 16777619u;
+  double v[2] = {(double)h, -(double)h};
+  if (b->max_f64(b->ctx, v, 2) != 0)
+    return -1;
+  if (v[0] == -v[1])
+    return 1;
+  if (b->rank == 0)
+    fprintf(stderr,
+            "%s: --arrival compares the ranks' clocks, so every rank must "
+            "be on one host; these ranks report different host names\n",
+            prog_name);
+  return 0;
+}
+
 int pb_run(pb_backend *b, const pb_args *a) {
   run_state st = {.b = b, .a = a};
   if (a->coll == PB_BROADCAST && a->root >= b->size) {
@@ -690,6 +714,10 @@ int pb_run(pb_backend *b, const pb_args *a) {
    * waiting for one that gave up. */
   if (b->min_i64(b->ctx, &ok, 1) != 0 || !ok)
     rc = 1;
+  if (rc == 0 && a->arrival) {
+    int one = same_host(b);
+    rc = one < 0 ? 1 : one == 0 ? 2 : 0;
+  }
   if (rc == 0 && b->rank == 0 && !a->json) {
     printf("# %s %s: %s, %d ranks; time: median over iterations of the "
            "slowest rank's time\n",

@@ -53,7 +53,7 @@ typedef struct pb_args {
   double step_factor; /* > 1, or 0 when step_bytes is used */
   size_t step_bytes;
   int iters, warmup, check, root, json;
-  int arrival; /* --arrival (bench/arrival.h) */
+  int arrival; /* --arrival (tools/gang-bench/arrival.h) */
   int inplace, outplace;
   pb_coll coll;
   pb_dtype dtype;

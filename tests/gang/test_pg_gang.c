@@ -409,6 +409,7 @@ static uint64_t xorshift(uint64_t *s) {
  * all_gathers, chosen alike on every rank. */
 static void check_barrier_order(gang_t *g) {
   int rank = gang_rank(g), size = gang_size(g);
+  RCHECK(size <= 8); /* in and out below */
   uint64_t common = 0x9e3779b97f4a7c15ull;
   uint64_t mine = 0x2545f4914f6cdd1dull * (uint64_t)(rank + 1);
   int32_t in[8], out[8]; /* sizes up to 8 */
@@ -490,10 +491,10 @@ static int rank_main(int rank, int size, void *arg) {
   gang_t *g = NULL;
   RCHECK_OK(gang_create_with_store(&o, addr, rank, size, &g));
   RCHECK(gang_rank(g) == rank && gang_size(g) == size);
-  /* 50000 elements take the large-message paths of shared memory (single
-   * copy, or many staged chunks). */
   check_barrier_order(g);
   check_paths(g);
+  /* 50000 elements take the large-message paths of shared memory (single
+   * copy, or many staged chunks). */
   size_t counts[] = {0, 1, 7, 1000, 50000};
   for (size_t c = 0; c < 5; c++) {
     check_all_reduce(g, counts[c], c == 2);

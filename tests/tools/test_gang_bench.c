@@ -475,16 +475,19 @@ static void test_bad_flags(void **state) {
 }
 
 /* --arrival: each placement also reports the median spread of the ranks'
- * entries and the median time from the last entry to the last exit. The
- * latter is at most the time column, iteration by iteration (the rank that
- * leaves last entered no later than the last), so its median is too. The
- * table says the same in a comment line under each row. */
+ * entries and the median time from the last entry to the last exit. Both
+ * are at most the time column, iteration by iteration, so their medians
+ * are too: the rank that leaves last entered no later than the last
+ * arrival, and in an all_reduce or a barrier the first to enter cannot
+ * leave before the last has entered. The table says the same in a comment
+ * line under each row. */
 static void check_arrival_fields(const char *line, const char *placement) {
   const char *p = strstr(line, placement);
   assert_non_null(p);
   double t = json_num(p, "time_us"), spread = json_num(p, "spread_us"),
          after = json_num(p, "after_last_us");
-  if (!(spread >= 0 && after > 0 && after <= t * (1 + 1e-5)))
+  double most = t * (1 + 1e-5);
+  if (!(spread >= 0 && spread <= most && after > 0 && after <= most))
     fail_msg("%s: time %g, spread %g, after last %g", placement, t, spread,
              after);
 }
@@ -501,6 +504,9 @@ static void test_arrival(void **state) {
        line = strtok_r(NULL, "\n", &save)) {
     if (strncmp(line, "{\"summary\":", 11) == 0)
       continue;
+    const char *end = json_value(line);
+    if (end == NULL || *ws(end) != '\0')
+      fail_msg("--arrival: not one JSON value: %s", line);
     rows++;
     check_arrival_fields(line, "\"out_of_place\":");
     check_arrival_fields(line, "\"in_place\":");
@@ -519,6 +525,21 @@ static void test_arrival(void **state) {
                           &spread, &after),
                    2);
   assert_true(spread >= 0 && after > 0);
+  /* The row above it: the barrier's time bounds both. */
+  char *row = out + (a - out);
+  while (row > out && row[-1] != '\n')
+    row--;
+  do
+    row--;
+  while (row > out && row[-1] != '\n');
+  char *f[20];
+  char *eol = strchr(row, '\n');
+  *eol = '\0';
+  assert_int_equal(split(row, f, 20), 13);
+  double t = strtod(f[5], NULL);
+  /* The table prints two decimals, the comment three. */
+  if (!(spread <= t + 0.005 && after <= t + 0.005))
+    fail_msg("barrier: time %g, spread %g, after last %g", t, spread, after);
   free(out);
 }
 

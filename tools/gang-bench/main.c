@@ -24,7 +24,7 @@
 #include <gang/gang.h>
 #include <gang/version.h>
 
-#include "../../bench/arrival.h"
+#include "arrival.h"
 #include "bench.h"
 
 /* One rank's state for the whole run. */
@@ -35,7 +35,7 @@ typedef struct bench {
   unsigned char *send, *recv, *stage; /* stage: all_to_all in place only */
   double *times;                      /* a->iters per-iteration times, us */
   double *sorted;
-  double *arrival; /* --arrival: 3 * a->iters (bench/arrival.h) */
+  double *arrival; /* --arrival: 3 * a->iters (tools/gang-bench/arrival.h) */
   /* Totals over the run, valid on every rank (reduced as rows go). */
   double bw_sum;
   int bw_count;
@@ -384,7 +384,11 @@ static int print_header(bench *b) {
     fprintf(stderr, "gang-bench: out of memory\n");
     return 1;
   }
-  TRY(b, gang_all_gather(b->g, all, &me, sizeof me, GANG_UINT8));
+  gang_status st = gang_all_gather(b->g, all, &me, sizeof me, GANG_UINT8);
+  if (st != GANG_OK) {
+    free(all);
+    return fail(b, "gang_all_gather (ranks' hosts)", st);
+  }
   for (int r = 1; b->arrival != NULL && r < b->size; r++)
     if (strncmp(all[r].host, all[0].host, sizeof all[r].host) != 0) {
       if (b->rank == 0)
