@@ -8,7 +8,8 @@
  * in the near one (A/B alternated, docs/performance.md). Oversubscribed
  * members, which mostly yield and sleep, wait on the step lines alone: the
  * flagged step was slower there (8 ranks on 2 CPUs 44-62 us against
- * 38-56, 16 ranks 91-215 against 80-135). */
+ * 38-56, 16 ranks 91-215 against 80-135; measured when oversubscribed
+ * waits still spun 64 pauses before yielding). */
 #include "shm_algo.h"
 
 gang_status shm_barrier(gang__shm_chan *c) {
