@@ -24,7 +24,12 @@
  * from 0.43-0.46 us to 0.32-0.35 (1 line, far placement) but not the
  * period: the two processes settle into another phase, the lines cross no
  * faster (docs/performance.md). LINE_FLOOR_COPY: each also copies the
- * other's data out of the lines, as an all_reduce must. */
+ * other's data out of the lines, as an all_reduce must.
+ *
+ * Each process waits for the other's lines one at a time, in the order
+ * they were written. LINE_FLOOR_ALL: it reads every line in each pass
+ * instead, as gang's flagged steps did before session 10; with several
+ * lines that is slower (docs/performance.md). */
 
 #include <sched.h>
 #include <stdatomic.h>
@@ -96,6 +101,8 @@ int main(int argc, char **argv) {
   }
   int fence = getenv("LINE_FLOOR_FENCE") != NULL;
   int copy = getenv("LINE_FLOOR_COPY") != NULL;
+  int all = getenv("LINE_FLOOR_ALL") != NULL;
+  int lead = getenv("LINE_FLOOR_LEAD") != NULL;
   static unsigned char out[56 * MAX_LINES];
   double start = 0;
   for (long i = -warm; i < iters; i++) {
@@ -111,10 +118,26 @@ int main(int argc, char **argv) {
     }
     if (fence)
       atomic_store_explicit(&s->step[me].flag, flag, memory_order_seq_cst);
-    for (int k = 0; k < nl; k++)
-      while (atomic_load_explicit(&theirs[k].flag, memory_order_acquire) !=
-             flag)
+    if (all || lead) {
+      if (lead)
+        while (atomic_load_explicit(&theirs[0].flag, memory_order_relaxed) !=
+               flag)
+          relax();
+      for (;;) {
+        int ok = 1;
+        for (int k = 0; k < nl; k++)
+          ok &= atomic_load_explicit(&theirs[k].flag, memory_order_acquire) ==
+                flag;
+        if (ok)
+          break;
         relax();
+      }
+    } else {
+      for (int k = 0; k < nl; k++)
+        while (atomic_load_explicit(&theirs[k].flag, memory_order_acquire) !=
+               flag)
+          relax();
+    }
     if (copy)
       for (int k = 0; k < nl; k++)
         memcpy(out + 56 * k, theirs[k].data, 56);
