@@ -28,8 +28,10 @@
  *
  * Each process waits for the other's lines one at a time, in the order
  * they were written. LINE_FLOOR_ALL: it reads every line in each pass
- * instead, as gang's flagged steps did before session 10; with several
- * lines that is slower (docs/performance.md). */
+ * instead, as gang's flagged steps did before session 10. LINE_FLOOR_LEAD:
+ * it waits for the first line alone, then reads every line in each pass,
+ * as gang's steps of three lines and more do since (docs/shm.md). The two
+ * exclude each other. */
 
 #include <sched.h>
 #include <stdatomic.h>
@@ -75,6 +77,15 @@ int main(int argc, char **argv) {
     return 2;
   }
   long warm = iters / 10 + 100;
+  int fence = getenv("LINE_FLOOR_FENCE") != NULL;
+  int copy = getenv("LINE_FLOOR_COPY") != NULL;
+  int all = getenv("LINE_FLOOR_ALL") != NULL;
+  int lead = getenv("LINE_FLOOR_LEAD") != NULL;
+  if (all && lead) {
+    fprintf(stderr, "line_floor: set LINE_FLOOR_ALL or LINE_FLOOR_LEAD, "
+                    "not both\n");
+    return 2;
+  }
   shared *s = mmap(NULL, sizeof *s, PROT_READ | PROT_WRITE,
                    MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   /* Per process: the iterations' times, then tools/gang-bench/arrival.h's
@@ -99,10 +110,6 @@ int main(int argc, char **argv) {
     if (sched_setaffinity(0, sizeof set, &set) != 0)
       perror("sched_setaffinity");
   }
-  int fence = getenv("LINE_FLOOR_FENCE") != NULL;
-  int copy = getenv("LINE_FLOOR_COPY") != NULL;
-  int all = getenv("LINE_FLOOR_ALL") != NULL;
-  int lead = getenv("LINE_FLOOR_LEAD") != NULL;
   static unsigned char out[56 * MAX_LINES];
   double start = 0;
   for (long i = -warm; i < iters; i++) {

@@ -37,10 +37,10 @@ static bool ll_ready(const shm_ll_line *l, size_t lines, uint64_t flag) {
  * From SHM_LL_LEAD_LINES lines a pass reads only the member's first flag
  * until it is there: the member writes its lines in order, so the rest
  * follow it. Reading every line while they are being written took longer
- * in the far placement from three lines up (docs/performance.md, session
- * 10): 256 B 0.53-0.54 against 0.47-0.48 us, 504 B 0.60-0.62 against
- * 0.50-0.52; at two lines it was 0.01 us slower. The complete check still
- * reads every flag, so nothing relies on the order for correctness. */
+ * in the far placement from three lines up (docs/shm.md, session 10): 256 B
+ * 0.53-0.54 against 0.47-0.48 us, 504 B 0.60-0.62 against 0.50-0.52; at two
+ * lines it was 0.01 us slower. The complete check still reads every flag, so
+ * nothing relies on the order for correctness. */
 static bool ll_poll(gang__shm_chan *c, uint64_t t, size_t lines,
                     uint64_t flag) {
   /* Oversubscribed: hardly at all, as a step-line wait (shm.c). */

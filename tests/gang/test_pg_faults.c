@@ -322,11 +322,13 @@ static void test_mismatched_counts(void **state) {
 /* Small all_reduces move in flagged lines that carry the call's signature:
  * different line counts (40 and 80 bytes) and the same line count with
  * different sizes (80 and 84 bytes) must both be mismatches, not reads of
- * the other's bytes. */
+ * the other's bytes; so must those of steps that wait for a member's first
+ * flag (three lines and more): 120 and 124 bytes (3 lines each), 112 and
+ * 160 (2 against 3), 504 and 400 (9 against 8). */
 static void test_mismatched_small_counts(void **state) {
   (void)state;
-  size_t pairs[][2] = {{10, 20}, {20, 21}};
-  for (size_t i = 0; i < 2; i++) {
+  size_t pairs[][2] = {{10, 20}, {20, 21}, {30, 31}, {28, 40}, {126, 100}};
+  for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
     g_round++;
     assert_int_equal(gt_run_ranks(2, mismatch_rank, pairs[i], 30000), 0);
   }
