@@ -131,6 +131,20 @@ static void check_gathered(gang__shm_chan *c, size_t bytes) {
              c->rank, bytes);
 }
 
+static size_t lines_of(size_t bytes) {
+  return (bytes + SHM_LL_DATA - 1) / SHM_LL_DATA;
+}
+
+/* Writes every other member's lines of step T but member `held_m`'s line
+ * `held_k` (held_m -1: all of them). */
+static void write_peers(int rank, int size, size_t lines, int held_m,
+                        size_t held_k) {
+  for (int m = 0; m < size; m++)
+    for (size_t k = 0; m != rank && k < lines; k++)
+      if (m != held_m || k != held_k)
+        write_line(m, k, SIG);
+}
+
 /* Runs `fn` for 2 to 8 members, every rank, 1 to 16 lines (full and with
  * one byte in the last), spinning and oversubscribed. */
 static void each_case(void (*fn)(int rank, int size, size_t bytes, bool over)) {
@@ -146,11 +160,8 @@ static void each_case(void (*fn)(int rank, int size, size_t bytes, bool over)) {
 /* ---- Tests ---- */
 
 static void complete_case(int rank, int size, size_t bytes, bool over) {
-  size_t lines = (bytes + SHM_LL_DATA - 1) / SHM_LL_DATA;
   gang__shm_chan c = open_chan(rank, size, over);
-  for (int m = 0; m < size; m++)
-    for (size_t k = 0; m != rank && k < lines; k++)
-      write_line(m, k, SIG);
+  write_peers(rank, size, lines_of(bytes), -1, 0);
   unsigned char src[SHM_LL_MAX] = {0};
   uint64_t t = 0;
   assert_int_equal(shm_ll_step(&c, src, bytes, &t), GANG_OK);
@@ -169,15 +180,12 @@ static void test_complete_lines_need_no_fallback(void **state) {
 }
 
 static void held_case(int rank, int size, size_t bytes, bool over) {
-  size_t lines = (bytes + SHM_LL_DATA - 1) / SHM_LL_DATA;
+  size_t lines = lines_of(bytes);
   size_t held[3] = {0, lines / 2, lines - 1};
   for (int p = 0; p < size; p++)
     for (int i = 0; p != rank && i < 3; i++) {
       gang__shm_chan c = open_chan(rank, size, over);
-      for (int m = 0; m < size; m++)
-        for (size_t k = 0; m != rank && k < lines; k++)
-          if (m != p || k != held[i])
-            write_line(m, k, SIG);
+      write_peers(rank, size, lines, p, held[i]);
       g_held = p;
       g_held_line = held[i];
       unsigned char src[SHM_LL_MAX] = {0};
@@ -201,7 +209,7 @@ static void test_poll_waits_for_every_line(void **state) {
 }
 
 static void mismatch_case(int rank, int size, size_t bytes, bool over) {
-  size_t lines = (bytes + SHM_LL_DATA - 1) / SHM_LL_DATA;
+  size_t lines = lines_of(bytes);
   for (int p = 0; p < size; p++) {
     if (p == rank)
       continue;
@@ -259,7 +267,7 @@ static void test_lines_written_meanwhile(void **state) {
       if (m == rank)
         continue;
       peers[m] = (peer){.member = m,
-                        .lines = (bytes + SHM_LL_DATA - 1) / SHM_LL_DATA,
+                        .lines = lines_of(bytes),
                         .seed = (unsigned)(round * MAX_MEMBERS + m)};
       assert_int_equal(pthread_create(&peers[m].th, NULL, peer_main, &peers[m]),
                        0);
