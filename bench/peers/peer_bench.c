@@ -11,6 +11,7 @@
 #include "peer_bench.h"
 
 #include "../../tools/gang-bench/arrival.h"
+#include "../../tools/gang-bench/timing.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -116,12 +117,20 @@ static void usage(void) {
          "  --arrival  also the entries' spread and the time from the last "
          "entry\n"
          "             to the last exit (medians; every rank on one machine)\n"
+         "  --late-us N  rank 0 enters each timed call N us late\n"
          "  -A, --algo NAME[,NAME...]  algorithms to measure in turn "
          "(library specific)\n",
          prog_name);
 }
 
-enum { OPT_OP = 256, OPT_INPLACE, OPT_OUTPLACE, OPT_JSON, OPT_ARRIVAL };
+enum {
+  OPT_OP = 256,
+  OPT_INPLACE,
+  OPT_OUTPLACE,
+  OPT_JSON,
+  OPT_ARRIVAL,
+  OPT_LATE
+};
 
 int pb_parse_args(int argc, char **argv, const char *prog, pb_args *a) {
   prog_name = prog;
@@ -151,6 +160,7 @@ int pb_parse_args(int argc, char **argv, const char *prog, pb_args *a) {
       {"outofplace-only", no_argument, NULL, OPT_OUTPLACE},
       {"json", no_argument, NULL, OPT_JSON},
       {"arrival", no_argument, NULL, OPT_ARRIVAL},
+      {"late-us", required_argument, NULL, OPT_LATE},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   int only_in = 0, only_out = 0, c, k;
@@ -226,6 +236,9 @@ int pb_parse_args(int argc, char **argv, const char *prog, pb_args *a) {
       break;
     case OPT_ARRIVAL:
       a->arrival = 1;
+      break;
+    case OPT_LATE:
+      rc = parse_int("--late-us", optarg, 0, 10000000, &a->late_us);
       break;
     case 'h':
       usage();
@@ -388,6 +401,7 @@ static pb_shape make_shape(pb_coll c, size_t bytes, size_t es, int n) {
 
 typedef struct result {
   int ran;
+  bench_timing t; /* t.median_us is the row's time */
   double time_us, algbw, busbw;
   int64_t wrong;
   double spread_us, after_last_us; /* --arrival only */
@@ -467,11 +481,6 @@ static size_t verify(run_state *st, const pb_call *c) {
   }
 }
 
-static int cmp_double(const void *x, const void *y) {
-  double a = *(const double *)x, b = *(const double *)y;
-  return (a > b) - (a < b);
-}
-
 static int measure(run_state *st, const pb_call *c, result *res) {
   pb_backend *b = st->b;
   const pb_args *a = st->a;
@@ -484,7 +493,9 @@ static int measure(run_state *st, const pb_call *c, result *res) {
   for (int i = 0; i < a->warmup; i++)
     if ((rc = b->run(b->ctx, c)) != 0)
       goto out;
+  double cpu0 = bench_cpu_us(), wall0 = now_us();
   for (int i = 0; i < a->iters; i++) {
+    bench_arrive_late(b->rank, a->late_us);
     double t0 = now_us();
     rc = b->run(b->ctx, c);
     double t1 = now_us();
@@ -500,14 +511,15 @@ static int measure(run_state *st, const pb_call *c, result *res) {
     arrival_medians(st->arrival, (size_t)a->iters, &res->spread_us,
                     &res->after_last_us);
   }
+  double cpu_frac = (bench_cpu_us() - cpu0) / (now_us() - wall0);
+  if ((rc = b->max_f64(b->ctx, &cpu_frac, 1)) != 0)
+    goto out;
   if ((rc = b->max_f64(b->ctx, st->times, (size_t)a->iters)) != 0)
     goto out;
-  memcpy(st->sorted, st->times, (size_t)a->iters * sizeof *st->sorted);
-  qsort(st->sorted, (size_t)a->iters, sizeof *st->sorted, cmp_double);
-  int m = a->iters / 2;
+  res->t = bench_timing_of(st->times, (size_t)a->iters, st->sorted);
+  res->t.cpu_frac = cpu_frac;
   res->ran = 1;
-  res->time_us =
-      a->iters % 2 ? st->sorted[m] : (st->sorted[m - 1] + st->sorted[m]) / 2;
+  res->time_us = res->t.median_us;
   res->algbw = res->time_us > 0 ? (double)c->s.bytes / (res->time_us * 1e3) : 0;
   res->busbw = res->algbw * bus_factor(c->coll, b->size);
   res->wrong = -1;
@@ -540,7 +552,8 @@ static void json_result(const result *r, int has_bw, int arrival) {
     printf("null");
     return;
   }
-  printf("{\"time_us\":%.6g,", r->time_us);
+  printf("{");
+  bench_timing_json(&r->t);
   if (has_bw)
     printf("\"algbw_gbs\":%.6g,\"busbw_gbs\":%.6g,", r->algbw, r->busbw);
   else

@@ -54,6 +54,7 @@ typedef struct pb_args {
   size_t step_bytes;
   int iters, warmup, check, root, json;
   int arrival; /* --arrival (tools/gang-bench/arrival.h) */
+  int late_us; /* --late-us (tools/gang-bench/timing.h) */
   int inplace, outplace;
   pb_coll coll;
   pb_dtype dtype;

@@ -98,6 +98,9 @@ static void usage(FILE *out) {
       "      --arrival         also the spread of the ranks' entries and the\n"
       "                        time from the last entry to the last exit\n"
       "                        (medians; every rank on one machine)\n"
+      "      --late-us N       rank 0 enters each timed call N us after the\n"
+      "                        others (their CPU use while they wait is the\n"
+      "                        JSON's cpu_frac)\n"
       "  -h, --help            this text\n"
       "\n"
       "Exit status: 0 all good, 1 wrong results or a failed collective, "
@@ -191,7 +194,14 @@ static int parse_ops(const char *flag, const char *s, bench_args *a) {
   return bad(flag, s, "is not a reduce operation");
 }
 
-enum { OPT_OP = 256, OPT_INPLACE, OPT_OUTPLACE, OPT_JSON, OPT_ARRIVAL };
+enum {
+  OPT_OP = 256,
+  OPT_INPLACE,
+  OPT_OUTPLACE,
+  OPT_JSON,
+  OPT_ARRIVAL,
+  OPT_LATE
+};
 
 int bench_parse_args(int argc, char **argv, bench_args *a) {
   *a = (bench_args){.min_bytes = 8,
@@ -224,6 +234,7 @@ int bench_parse_args(int argc, char **argv, bench_args *a) {
       {"outofplace-only", no_argument, NULL, OPT_OUTPLACE},
       {"json", no_argument, NULL, OPT_JSON},
       {"arrival", no_argument, NULL, OPT_ARRIVAL},
+      {"late-us", required_argument, NULL, OPT_LATE},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   int only_in = 0, only_out = 0;
@@ -303,6 +314,9 @@ int bench_parse_args(int argc, char **argv, bench_args *a) {
       break;
     case OPT_ARRIVAL:
       a->arrival = 1;
+      break;
+    case OPT_LATE:
+      rc = parse_int(flag, optarg, 0, 10000000, &a->late_us);
       break;
     case 'h':
       usage(stdout);

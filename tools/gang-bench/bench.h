@@ -37,6 +37,7 @@ typedef struct bench_args {
   int outplace; /* run the out-of-place placement */
   int json;
   int arrival; /* --arrival: entry spread and time after the last arrival */
+  int late_us; /* --late-us: rank 0 enters each timed call this much later */
   bench_coll coll;
   gang_dtype dtypes[BENCH_MAX_DTYPES];
   int ndtypes;

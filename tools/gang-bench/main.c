@@ -25,6 +25,7 @@
 #include <gang/version.h>
 
 #include "arrival.h"
+#include "timing.h"
 #include "bench.h"
 
 /* One rank's state for the whole run. */
@@ -55,6 +56,7 @@ typedef struct shape {
 /* The result of one placement of one row. */
 typedef struct placement {
   int ran;
+  bench_timing t; /* t.median_us is the row's time */
   double time_us, algbw, busbw;
   int64_t wrong;                   /* -1: not checked */
   double spread_us, after_last_us; /* --arrival only */
@@ -228,11 +230,6 @@ static size_t verify(bench *b, bench_coll c, int inplace, const shape *s,
   }
 }
 
-static int cmp_double(const void *x, const void *y) {
-  double a = *(const double *)x, b = *(const double *)y;
-  return (a > b) - (a < b);
-}
-
 /* Times and checks one placement of one row. */
 static int measure(bench *b, bench_coll c, int inplace, const shape *s,
                    gang_dtype dt, gang_reduce_op op, int root, placement *p) {
@@ -241,7 +238,9 @@ static int measure(bench *b, bench_coll c, int inplace, const shape *s,
   TRY(b, gang_barrier(b->g));
   for (int i = 0; i < a->warmup; i++)
     TRY(b, run_once(b, c, inplace, s, dt, op, root));
+  double cpu0 = bench_cpu_us(), wall0 = now_us();
   for (int i = 0; i < a->iters; i++) {
+    bench_arrive_late(b->rank, a->late_us);
     double t0 = now_us();
     gang_status st = run_once(b, c, inplace, s, dt, op, root);
     double t1 = now_us();
@@ -251,6 +250,8 @@ static int measure(bench *b, bench_coll c, int inplace, const shape *s,
     if (st != GANG_OK)
       return fail(b, bench_coll_name(c), st);
   }
+  double cpu_frac = (bench_cpu_us() - cpu0) / (now_us() - wall0);
+  TRY(b, gang_all_reduce(b->g, &cpu_frac, 1, GANG_FLOAT64, GANG_MAX));
   if (b->arrival != NULL) {
     TRY(b, gang_all_reduce(b->g, b->arrival, 3 * (size_t)a->iters, GANG_FLOAT64,
                            GANG_MAX));
@@ -259,12 +260,10 @@ static int measure(bench *b, bench_coll c, int inplace, const shape *s,
   }
   TRY(b, gang_all_reduce(b->g, b->times, (size_t)a->iters, GANG_FLOAT64,
                          GANG_MAX));
-  memcpy(b->sorted, b->times, (size_t)a->iters * sizeof *b->sorted);
-  qsort(b->sorted, (size_t)a->iters, sizeof *b->sorted, cmp_double);
-  int m = a->iters / 2;
+  p->t = bench_timing_of(b->times, (size_t)a->iters, b->sorted);
+  p->t.cpu_frac = cpu_frac;
   p->ran = 1;
-  p->time_us =
-      a->iters % 2 ? b->sorted[m] : (b->sorted[m - 1] + b->sorted[m]) / 2;
+  p->time_us = p->t.median_us;
   p->algbw = p->time_us > 0 ? (double)s->bytes / (p->time_us * 1e3) : 0;
   p->busbw = p->algbw * bus_factor(c, b->size);
   p->wrong = -1;
@@ -320,7 +319,8 @@ static void json_placement(const placement *p, int has_bw, int arrival) {
     printf("null");
     return;
   }
-  printf("{\"time_us\":%.6g,", p->time_us);
+  printf("{");
+  bench_timing_json(&p->t);
   if (has_bw)
     printf("\"algbw_gbs\":%.6g,\"busbw_gbs\":%.6g,", p->algbw, p->busbw);
   else
