@@ -37,7 +37,7 @@ static bool ll_ready(const shm_ll_line *l, size_t lines, uint64_t flag) {
  * From SHM_LL_LEAD_LINES lines a pass reads only the member's first flag
  * until it is there: the member writes its lines in order, so the rest
  * follow it. Reading every line while they are being written took longer
- * in the far placement from three lines up (docs/shm.md, session 10): 256 B
+ * in the far placement from three lines up (docs/shm.md): 256 B
  * 0.53-0.54 against 0.47-0.48 us, 504 B 0.60-0.62 against 0.50-0.52; at two
  * lines it was 0.01 us slower. The complete check still reads every flag, so
  * nothing relies on the order for correctness. */
@@ -59,6 +59,10 @@ static bool ll_poll(gang__shm_chan *c, uint64_t t, size_t lines,
     if (m >= c->size)
       return true;
     gang__shm_relax();
+    /* A member that last ran on our CPU needs it: leave the spin to the
+     * step-line wait, which yields (shm.c). */
+    if (i % 64 == 63 && gang__shm_shares_cpu(c, m, gang__shm_note_cpu(c)))
+      return false;
   }
   return false;
 }

@@ -33,6 +33,7 @@
 #ifndef GANG_TRANSPORT_SHM_H
 #define GANG_TRANSPORT_SHM_H
 
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -75,10 +76,15 @@ typedef struct gang__shm_line {
 _Static_assert(sizeof(gang__shm_line) == 64, "a step line is a cache line");
 
 /* Members asleep waiting for a member count themselves in its sleepers
- * and sleep on its bell (a futex). */
+ * and sleep on its bell (a futex). cpu is the CPU the member last noted
+ * it ran on, plus one (0: not yet known), and tid the thread that noted
+ * it, so that a member waiting for it can tell when spinning would only
+ * keep it off the CPU it needs (gang__shm_wait_slow). */
 typedef struct gang__shm_wake {
   _Alignas(64) _Atomic uint32_t sleepers;
   _Atomic uint32_t bell;
+  _Atomic int32_t cpu;
+  _Atomic int32_t tid; /* the thread that last noted it (0: none yet) */
 } gang__shm_wake;
 
 /* A collective's signature: kind, dtype, reduce op, root and bytes (40
@@ -124,6 +130,7 @@ typedef struct gang__shm_chan {
   gang__fabric *fabric;    /* watched while sleeping */
   int64_t deadline;        /* of the running collective */
   int64_t next_poke;       /* when a sleeping wait next pokes the fabric */
+  int64_t next_move;       /* when a wait may next move off a shared CPU */
   int64_t timeout_ms;      /* of the running collective; with deadline 0, the
                               first wait that sleeps sets the deadline (the
                               spin before it, under 1 ms, is not counted) */
@@ -181,6 +188,19 @@ static inline void gang__shm_relax(void) {
 }
 
 void gang__shm_ring(gang__shm_wake *w);
+
+/* Notes in this member's wake line the CPU it runs on and the thread that
+ * waits (stores only what changed) and returns the CPU. */
+int gang__shm_note_cpu(gang__shm_chan *c);
+
+/* Whether `member` last noted CPU `cpu`: then, if it has not published
+ * what we wait for, it is most likely runnable on our CPU and waiting for
+ * us to give it up. */
+static inline bool gang__shm_shares_cpu(const gang__shm_chan *c, int member,
+                                        int cpu) {
+  return cpu >= 0 && atomic_load_explicit(&c->ctl[member]->wake.cpu,
+                                          memory_order_relaxed) == cpu + 1;
+}
 
 /* Publishes step `seq` (release) and wakes sleepers. */
 static inline void gang__shm_publish(gang__shm_chan *c, uint64_t seq) {
