@@ -367,6 +367,7 @@ gang_status gang__shm_wait_slow(gang__shm_chan *c, int member, uint64_t seq) {
    * CPUs rotating among the runnable ones. Measured with 8 and 16 ranks on
    * 2 cores (bench/compare, 100-200 iterations): small all_reduce 110-160
    * -> 40-150 us, 0.2-0.5x Open MPI's time where it had been 0.85-1.2x. */
+  c->waits_long++;
   if (yield) {
     for (int i = 0; c->oversubscribed && i < 4; i++) {
       if (atomic_load_explicit(&f->seq, memory_order_acquire) >= seq)
@@ -532,10 +533,18 @@ static size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
 /* Staging bytes per buffer: large enough to amortise a step's
  * synchronisation, small enough that every member's two buffers stay in
- * cache. With more ranks than CPUs a step costs context switches, not
+ * cache. Two members take 1 MiB: on the 2-core machine of the figures
+ * (AMD EPYC, 1 MiB of L2 per core) a reader of data that its writer's L2
+ * still holds got 7-8 GB/s, and of data that had left it 20+, so
+ * 256 KiB chunks made a 2-rank all_reduce of 1 MiB take 137-169 us
+ * against 50-56 with 1 MiB chunks, and 64 MiB 10.6-10.9 ms against
+ * 7.6-7.8 (A/B alternated, in the machine's fast state; in its slow state
+ * 1 MiB chunks were 0-25 % faster; 512 KiB and 2-4 MiB were in between or
+ * no better). With more ranks than CPUs a step costs context switches, not
  * cache misses: fewer, larger steps win (8 ranks on 2 cores, 256 KiB
- * all_reduce: 1.6 ms with 32 KiB chunks, 0.4-0.5 ms with 128-512 KiB).
- * GANG_SHM_CHUNK overrides. */
+ * all_reduce: 1.6 ms with 32 KiB chunks, 0.4-0.5 ms with 128-512 KiB; 4
+ * ranks, 1 MiB: 170-214 us with 1 MiB chunks against 260-365 with
+ * 256 KiB). GANG_SHM_CHUNK overrides. */
 static gang_status choose_chunk(int n, bool oversubscribed, size_t *out) {
   int64_t forced = 0;
   GANG_CHECK(gang__setting_int(GANG_SETTING_SHM_CHUNK, &forced));
@@ -543,12 +552,12 @@ static gang_status choose_chunk(int n, bool oversubscribed, size_t *out) {
   if (forced > 0)
     c = (size_t)forced;
   else
-    c = n <= 2   ? 256 * 1024
+    c = n <= 2   ? 1024 * 1024
         : n <= 4 ? 128 * 1024
         : n <= 8 ? 32 * 1024
                  : 16 * 1024;
   if (forced <= 0 && oversubscribed)
-    c = 256 * 1024;
+    c = 1024 * 1024;
   if (c < 4096)
     c = 4096;
   if (c > 64 * 1024 * 1024)

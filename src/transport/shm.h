@@ -131,6 +131,10 @@ typedef struct gang__shm_chan {
   int64_t deadline;        /* of the running collective */
   int64_t next_poke;       /* when a sleeping wait next pokes the fabric */
   int64_t next_move;       /* when a wait may next move off a shared CPU */
+  uint64_t waits_long;     /* waits that outlasted the spin (yielded or
+                              slept): a sign of a busy machine */
+  bool busy;               /* the last large all_reduce saw a busy machine
+                              (src/algo/shm_allreduce.c) */
   int64_t timeout_ms;      /* of the running collective; with deadline 0, the
                               first wait that sleeps sets the deadline (the
                               spin before it, under 1 ms, is not counted) */
