@@ -22,44 +22,46 @@
 #include "core/error.h"
 #include "core/reduce.h"
 #include "gang/types.h"
+#include "select.h"
 #include "transport/shm.h"
 
-/* In place; MEAN is left as a SUM (the caller finishes it). */
+/* Each collective runs the algorithm the table (select.h) chose, one of
+ * those its file describes; the caller passes it (every member the same).
+ *
+ * In place; MEAN is left as a SUM (the caller finishes it). */
 gang_status shm_allreduce(gang__shm_chan *c, void *buf, size_t count,
-                          gang_dtype dt, gang_reduce_op op);
-gang_status shm_bcast(gang__shm_chan *c, void *buf, size_t bytes, int root);
+                          gang_dtype dt, gang_reduce_op op, algo_id algo);
+gang_status shm_bcast(gang__shm_chan *c, void *buf, size_t bytes, int root,
+                      algo_id algo);
 /* `in` (bytes) from every member into out in rank order; in may alias the
  * caller's own slot of out. */
 gang_status shm_allgather(gang__shm_chan *c, void *out, const void *in,
-                          size_t bytes);
+                          size_t bytes, algo_id algo);
 /* in holds size blocks of count elements; out receives this member's
  * block reduced over all members (MEAN left as SUM). */
 gang_status shm_reduce_scatter(gang__shm_chan *c, void *out, const void *in,
-                               size_t count, gang_dtype dt, gang_reduce_op op);
+                               size_t count, gang_dtype dt, gang_reduce_op op,
+                               algo_id algo);
 /* Blocks of `bytes`: block q of in goes to member q, block q of out comes
  * from member q. */
 gang_status shm_alltoall(gang__shm_chan *c, void *out, const void *in,
-                         size_t bytes);
+                         size_t bytes, algo_id algo);
 /* Variable blocks (es bytes per element); needs single copy (c->cma). */
 gang_status shm_alltoallv(gang__shm_chan *c, void *out,
                           const size_t *out_counts, const void *in,
                           const size_t *in_counts, size_t es);
-gang_status shm_barrier(gang__shm_chan *c);
+gang_status shm_barrier(gang__shm_chan *c, algo_id algo);
 
-/* Whether a collective moves blocks of `block` bytes by single copy: the
- * probe allowed it (c->cma), the block reaches the algorithm's `min`, and
- * the host has no more ranks than CPUs. When it has more, a single copy's
- * two all-member rounds (addresses published, reads finished) each cost a
- * round of context switches, where staged chunks pipeline: with 4, 8 and
- * 16 ranks on 2 cores staging measured 1.2-2.3x faster for broadcast,
- * all_reduce, all_gather and reduce_scatter from 256 KiB to 16 MiB
- * (docs/shm.md). GANG_SHM_CMA=1 uses single copy there too (the tests
- * do, to cover it on 2 CPUs). all_to_all makes its own exception for
- * large blocks. */
-static inline bool shm_single_copy(const gang__shm_chan *c, size_t block,
-                                   size_t min) {
-  return c->cma && block >= min &&
-         (!c->oversubscribed || c->cma_oversubscribed);
+/* What the table needs to know of a channel for a call of `bytes` (see
+ * select.h for what bytes means per collective) and `count` elements. */
+static inline algo_facts shm_facts(const gang__shm_chan *c, size_t bytes,
+                                   size_t count) {
+  return (algo_facts){.bytes = bytes,
+                      .count = count,
+                      .size = c->size,
+                      .cma = c->cma,
+                      .oversubscribed = c->oversubscribed,
+                      .cma_forced = c->cma_oversubscribed};
 }
 
 /* Flagged lines (shm_ll.c): a member's small slot of a step written as

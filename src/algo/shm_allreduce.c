@@ -1,6 +1,7 @@
-/* all_reduce over shared memory, by size:
+/* all_reduce over shared memory. The algorithms, which the table in
+ * select.c chooses from by size:
  *
- *   flagged lines (≤ SHM_LL_ALLREDUCE_MAX, 9 lines: 504 bytes): each
+ *   flagged lines (up to SHM_LL_ALLREDUCE_MAX, 9 lines: 504 bytes): each
  *     member writes its data into flagged lines (shm_ll.c) and polls every
  *     member's lines at once, so it waits for one cache-line transfer;
  *     every member reduces every member's data in rank order. Measured
@@ -11,8 +12,9 @@
  *     against 0.81-0.85 far).
  *   small (≤ 1 KiB): the data rides in the member's small slot of the
  *     step, read once its step line is published.
- *   all-read (≤ SHM_ALLREAD_MAX): each member stages its buffer, then
- *     reduces every member's staged copy into its buffer. One step.
+ *   all-read (up to 16 KiB): each member stages its buffer, then
+ *     reduces every member's staged copy into its buffer. One step, which
+ *     is most of the cost of a small call.
  *   reduce-scatter + all-gather (larger): per chunk, each member stages
  *     the blocks the others reduce (not its own: it reads that from its
  *     buffer), reduces its 1/p block of the chunk, and stages the result
@@ -20,10 +22,10 @@
  *     (p-1)/p of the chunk in, reads 2(p-1)/p of it from the others and
  *     reduces 1/p. Measured faster than all-read from 32 KiB up even for
  *     two members (14-16 GB/s against 9-10 at 256 KiB-4 MiB).
- *   single copy (three or more members, ≥ SHM_CMA_MIN, when allowed): each
+ *   single copy (three or more members, from 1 MiB, when allowed): each
  *     member pulls its block straight from the others' buffers, reduces,
  *     then pulls the others' reduced blocks. Three steps, no staging.
- *     Two members take it from SHM_BUSY_MIN when the machine is busy (see
+ *     Two members take it from 4 MiB when the machine is busy (see
  *     busy_machine): staged chunks are 1.4-2.4x faster on an idle machine
  *     (4-64 MiB), but each chunk is two steps at which both members must
  *     run, and beside four shell loops of `sleep 0.001` on 2 cores 64 MiB
@@ -38,19 +40,12 @@
 #include "core/reduce.h"
 #include "shm_algo.h"
 
-/* Up to this size (per call) flagged lines beat the small slot. */
+/* The most a flagged all_reduce carries (select.c's limit for it). */
 #define SHM_LL_ALLREDUCE_MAX (9 * SHM_LL_DATA)
 _Static_assert(SHM_LL_ALLREDUCE_MAX <= SHM_LL_MAX, "fits a flagged step");
-/* Up to this size (per call) all-read beats reduce-scatter + all-gather:
- * it saves a step, which is most of the cost of a small call. */
-#define SHM_ALLREAD_MAX (16 * 1024)
-/* From this size (per call) single copy is used when allowed. */
-#define SHM_CMA_MIN (1024 * 1024)
+_Static_assert(SHM_LL_ALLREDUCE_MAX == 504, "select.c's flagged limit");
 /* Bytes per member pulled at once by single copy (cache-sized). */
 #define SHM_CMA_PIECE (64 * 1024)
-/* From this size (per call) two members choose between staged chunks and
- * single copy by how busy the machine was (busy_machine). */
-#define SHM_BUSY_MIN (4 * 1024 * 1024)
 
 /* Flagged lines: every member reduces every member's data in rank
  * order, its own from buf. The first reduce writes straight into buf when
@@ -280,24 +275,30 @@ static gang_status single_copy(gang__shm_chan *c, unsigned char *buf,
 }
 
 gang_status shm_allreduce(gang__shm_chan *c, void *buf, size_t count,
-                          gang_dtype dt, gang_reduce_op op) {
-  size_t bytes = count * gang_dtype_size(dt);
+                          gang_dtype dt, gang_reduce_op op, algo_id algo) {
   if (c->size == 1 || count == 0)
     return GANG_OK;
-  if (bytes <= SHM_LL_ALLREDUCE_MAX)
+  switch (algo) {
+  case ALGO_SHM_FLAGGED:
     return ll_allreduce(c, buf, count, dt, op);
-  if (bytes <= GANG_SHM_SMALL)
+  case ALGO_SHM_SMALL:
     return small_allreduce(c, buf, count, dt, op);
-  if (c->size > 2 && shm_single_copy(c, bytes, SHM_CMA_MIN) &&
-      count >= (size_t)c->size)
+  case ALGO_SHM_SINGLE_COPY:
     return single_copy(c, buf, count, dt, op);
-  if (bytes <= SHM_ALLREAD_MAX)
+  case ALGO_SHM_ALLREAD:
     return allread(c, buf, count, dt, op);
-  if (shm_single_copy(c, bytes, SHM_BUSY_MIN) && count >= (size_t)c->size) {
+  case ALGO_SHM_STAGED_BUSY: {
     bool busy;
     GANG_CHECK(busy_machine(c, &busy));
     if (busy)
       return single_copy(c, buf, count, dt, op);
+    return rsag(c, buf, count, dt, op);
   }
-  return rsag(c, buf, count, dt, op);
+  case ALGO_SHM_STAGED:
+    return rsag(c, buf, count, dt, op);
+  default:
+    return gang__error(GANG_INTERNAL, "all_reduce over shared memory: no "
+                                      "algorithm '%s'",
+                       algo_name(algo));
+  }
 }

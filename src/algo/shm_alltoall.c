@@ -3,16 +3,14 @@
  *   staged (equal blocks): per step, each member stages a part (shm_part)
  *     of every block of its input, one per destination; then copies its
  *     part from every member's staging to out.
- *   single copy (from SHM_A2A_CMA_MIN per block, when allowed, and always
- *     for variable blocks): each member publishes its input's address (and
+ *   single copy (from 16 KiB per block, when allowed, 256 KiB when
+ *     oversubscribed, and always for variable blocks): each member publishes its input's address (and
  *     for all_to_all_v the offset of each destination's block); everyone
  *     pulls its blocks straight into out, then waits for all pulls. */
 #include <string.h>
 
 #include "shm_algo.h"
 
-#define SHM_A2A_CMA_MIN (16 * 1024)
-#define SHM_A2A_OVERSUB_CMA_MIN (256 * 1024)
 
 /* Pulls block `me` of every member's published input into out; each
  * member's published offsets must give the length this member expects. */
@@ -76,7 +74,7 @@ gang_status shm_alltoallv(gang__shm_chan *c, void *out,
 }
 
 gang_status shm_alltoall(gang__shm_chan *c, void *out, const void *in,
-                         size_t bytes) {
+                         size_t bytes, algo_id algo) {
   int p = c->size, me = c->rank;
   unsigned char *o = out;
   const unsigned char *src = in;
@@ -85,11 +83,7 @@ gang_status shm_alltoall(gang__shm_chan *c, void *out, const void *in,
   memcpy(o + (size_t)me * bytes, src + (size_t)me * bytes, bytes);
   if (p == 1)
     return GANG_OK;
-  /* Oversubscribed, single copy still wins blocks from
-   * SHM_A2A_OVERSUB_CMA_MIN (16 ranks on 2 cores, 256 KiB and 1 MiB
-   * blocks: 1.2x); below, staging is as fast or up to 3x faster. */
-  if (shm_single_copy(c, bytes, SHM_A2A_CMA_MIN) ||
-      (c->cma && bytes >= SHM_A2A_OVERSUB_CMA_MIN)) {
+  if (algo == ALGO_SHM_SINGLE_COPY) {
     size_t off[GANG_SHM_MAX_LOCAL], len[GANG_SHM_MAX_LOCAL];
     uint64_t t = ++c->step;
     GANG_CHECK(gang__shm_begin(c, t));

@@ -7,7 +7,7 @@
  *     copies it out and publishes. The root waits for everyone only before
  *     reusing a buffer, so it runs at most one chunk ahead of the slowest
  *     reader and copy-in overlaps copy-out.
- *   single copy (from SHM_BCAST_CMA_MIN, when allowed): the root publishes
+ *   single copy (from 64 KiB, when allowed): the root publishes
  *     its buffer's address; the others pull it with process_vm_readv and
  *     publish; the root returns once all have. One copy per reader. With
  *     two members the root would idle, so it pushes the first half
@@ -17,65 +17,65 @@
 
 #include "shm_algo.h"
 
-#define SHM_BCAST_CMA_MIN (64 * 1024)
-
-gang_status shm_bcast(gang__shm_chan *c, void *buf, size_t bytes, int root) {
-  if (c->size == 1 || bytes == 0)
-    return GANG_OK;
-  bool is_root = c->rank == root;
-  if (bytes <= GANG_SHM_SMALL) {
-    uint64_t t = ++c->step;
-    if (is_root) {
-      GANG_CHECK(gang__shm_begin_line(c, t));
-      memcpy(gang__shm_slot(c, root, t, bytes), buf, bytes);
-      gang__shm_publish(c, t);
-    } else {
-      GANG_CHECK(gang__shm_wait(c, root, t));
-      memcpy(buf, gang__shm_slot(c, root, t, bytes), bytes);
-      gang__shm_publish(c, t);
-    }
-    return GANG_OK;
-  }
-  if (c->size == 2 && shm_single_copy(c, bytes, SHM_BCAST_CMA_MIN)) {
-    /* Two members: both copy, the root pushing the first half into the
-     * other's buffer while it pulls the second. */
-    uint64_t t = ++c->step;
-    GANG_CHECK(gang__shm_begin(c, t));
-    c->ctl[c->rank]->pub.in = (uint64_t)(uintptr_t)buf;
+static gang_status bcast_small(gang__shm_chan *c, void *buf, size_t bytes,
+                               int root) {
+  uint64_t t = ++c->step;
+  if (c->rank == root) {
+    GANG_CHECK(gang__shm_begin_line(c, t));
+    memcpy(gang__shm_slot(c, root, t, bytes), buf, bytes);
     gang__shm_publish(c, t);
-    GANG_CHECK(gang__shm_wait_all(c, t));
-    int peer = 1 - c->rank;
-    size_t half = bytes / 2;
-    if (is_root)
-      GANG_CHECK(
-          gang__shm_write_remote(c, peer, c->ctl[peer]->pub.in, buf, half));
-    else
-      GANG_CHECK(gang__shm_read_remote(c, root, (unsigned char *)buf + half,
-                                       c->ctl[root]->pub.in + half,
-                                       bytes - half));
-    uint64_t t2 = ++c->step;
-    gang__shm_publish(c, t2);
-    return gang__shm_wait_all(c, t2);
-  }
-  if (shm_single_copy(c, bytes, SHM_BCAST_CMA_MIN)) {
-    uint64_t t = ++c->step;
-    if (is_root) {
-      GANG_CHECK(gang__shm_begin(c, t));
-      c->ctl[root]->pub.in = (uint64_t)(uintptr_t)buf;
-      gang__shm_publish(c, t);
-      return gang__shm_wait_all(c, t);
-    }
+  } else {
     GANG_CHECK(gang__shm_wait(c, root, t));
-    GANG_CHECK(
-        gang__shm_read_remote(c, root, buf, c->ctl[root]->pub.in, bytes));
+    memcpy(buf, gang__shm_slot(c, root, t, bytes), bytes);
     gang__shm_publish(c, t);
-    return GANG_OK;
   }
+  return GANG_OK;
+}
+
+/* Two members: both copy, the root pushing the first half into the
+ * other's buffer while it pulls the second. */
+static gang_status bcast_two_ends(gang__shm_chan *c, void *buf, size_t bytes,
+                                  int root) {
+  uint64_t t = ++c->step;
+  GANG_CHECK(gang__shm_begin(c, t));
+  c->ctl[c->rank]->pub.in = (uint64_t)(uintptr_t)buf;
+  gang__shm_publish(c, t);
+  GANG_CHECK(gang__shm_wait_all(c, t));
+  int peer = 1 - c->rank;
+  size_t half = bytes / 2;
+  if (c->rank == root)
+    GANG_CHECK(gang__shm_write_remote(c, peer, c->ctl[peer]->pub.in, buf, half));
+  else
+    GANG_CHECK(gang__shm_read_remote(c, root, (unsigned char *)buf + half,
+                                     c->ctl[root]->pub.in + half,
+                                     bytes - half));
+  uint64_t t2 = ++c->step;
+  gang__shm_publish(c, t2);
+  return gang__shm_wait_all(c, t2);
+}
+
+static gang_status bcast_single_copy(gang__shm_chan *c, void *buf,
+                                     size_t bytes, int root) {
+  uint64_t t = ++c->step;
+  if (c->rank == root) {
+    GANG_CHECK(gang__shm_begin(c, t));
+    c->ctl[root]->pub.in = (uint64_t)(uintptr_t)buf;
+    gang__shm_publish(c, t);
+    return gang__shm_wait_all(c, t);
+  }
+  GANG_CHECK(gang__shm_wait(c, root, t));
+  GANG_CHECK(gang__shm_read_remote(c, root, buf, c->ctl[root]->pub.in, bytes));
+  gang__shm_publish(c, t);
+  return GANG_OK;
+}
+
+static gang_status bcast_staged(gang__shm_chan *c, void *buf, size_t bytes,
+                                int root) {
   unsigned char *b = buf;
   for (size_t done = 0; done < bytes; done += c->chunk) {
     size_t n = bytes - done < c->chunk ? bytes - done : c->chunk;
     uint64_t t = ++c->step;
-    if (is_root) {
+    if (c->rank == root) {
       GANG_CHECK(gang__shm_begin(c, t));
       memcpy(gang__shm_buf(c, root, t), b + done, n);
       gang__shm_publish(c, t);
@@ -86,4 +86,24 @@ gang_status shm_bcast(gang__shm_chan *c, void *buf, size_t bytes, int root) {
     }
   }
   return GANG_OK;
+}
+
+gang_status shm_bcast(gang__shm_chan *c, void *buf, size_t bytes, int root,
+                      algo_id algo) {
+  if (c->size == 1 || bytes == 0)
+    return GANG_OK;
+  switch (algo) {
+  case ALGO_SHM_SMALL:
+    return bcast_small(c, buf, bytes, root);
+  case ALGO_SHM_TWO_ENDS:
+    return bcast_two_ends(c, buf, bytes, root);
+  case ALGO_SHM_SINGLE_COPY:
+    return bcast_single_copy(c, buf, bytes, root);
+  case ALGO_SHM_STAGED:
+    return bcast_staged(c, buf, bytes, root);
+  default:
+    return gang__error(GANG_INTERNAL,
+                       "broadcast over shared memory: no algorithm '%s'",
+                       algo_name(algo));
+  }
 }

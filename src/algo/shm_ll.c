@@ -3,21 +3,18 @@
  * and waits for one cache-line transfer whatever the size. */
 #include <string.h>
 
+#include "core/mix.h"
 #include "shm_algo.h"
 
 /* From this many lines a pass reads a member's first flag alone until it
  * is there, and only then every line (ll_poll). */
 #define SHM_LL_LEAD_LINES 3
 
-/* Step t and signature sig as one word: t xor a mix of sig (splitmix64's
- * finaliser, a bijection), so two calls that disagree differ in the high
- * bits whatever their steps, and a line left from an earlier step never
- * matches. */
+/* Step t and signature sig as one word: t xor a mix of sig (a bijection),
+ * so two calls that disagree differ in the high bits whatever their
+ * steps, and a line left from an earlier step never matches. */
 static uint64_t ll_flag(uint64_t t, uint64_t sig) {
-  uint64_t z = sig + 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return t ^ z ^ (z >> 31);
+  return t ^ gang__mix64(sig);
 }
 
 /* Every line of one member is loaded in one pass (no early exit), so the

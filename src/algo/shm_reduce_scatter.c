@@ -5,7 +5,7 @@
  *     of its input, one part per destination; each member then reduces its
  *     own part from every member's staging into out. Each member copies
  *     its whole input once and reads (p-1)/p of it from the others.
- *   single copy (from SHM_RS_CMA_MIN per block, when allowed): each member
+ *   single copy (from 256 KiB per block, when allowed): each member
  *     pulls its block from the others' inputs a cache-sized piece at a
  *     time and reduces; nothing is staged. */
 #include <string.h>
@@ -13,11 +13,11 @@
 #include "core/reduce.h"
 #include "shm_algo.h"
 
-#define SHM_RS_CMA_MIN (256 * 1024)
 #define SHM_RS_PIECE (64 * 1024)
 
 gang_status shm_reduce_scatter(gang__shm_chan *c, void *out, const void *in,
-                               size_t count, gang_dtype dt, gang_reduce_op op) {
+                               size_t count, gang_dtype dt, gang_reduce_op op,
+                               algo_id algo) {
   size_t es = gang_dtype_size(dt);
   int p = c->size, me = c->rank;
   size_t bytes = count * es;
@@ -31,7 +31,7 @@ gang_status shm_reduce_scatter(gang__shm_chan *c, void *out, const void *in,
       memmove(dst, src, bytes);
     return GANG_OK;
   }
-  if (shm_single_copy(c, bytes, SHM_RS_CMA_MIN)) {
+  if (algo == ALGO_SHM_SINGLE_COPY) {
     size_t piece = SHM_RS_PIECE / es ? SHM_RS_PIECE / es : 1;
     void *scratch;
     GANG_CHECK(gang__shm_scratch(c, (size_t)p * piece * es, &scratch));

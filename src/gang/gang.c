@@ -331,7 +331,8 @@ static gang_status post_ex(gang_t *g, const gang__coll *c, gang_work *w,
   w->detail[0] = '\0';
   w->impl = NULL;
   w->seq = 0;
-  w->next = NULL;
+  w->link.tqe_next = NULL;
+  w->link.tqe_prev = NULL;
   gang_status st = g->ops->post(g, c, w);
   if (st != GANG_OK)
     return gang__fail(g, st);

@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <sys/queue.h>
 
 #include "gang/gang.h"
 
@@ -93,7 +94,7 @@ struct gang_work {
   char detail[512]; /* what went wrong, when status != GANG_OK */
   void *impl;       /* backend state */
   uint64_t seq;     /* backend: the collective's sequence number */
-  gang_work *next;  /* backend: queue link */
+  TAILQ_ENTRY(gang_work) link; /* backend: queue link (sys/queue.h) */
   /* backend: room for per-operation state, so blocking calls (whose work
    * lives on the stack) allocate nothing */
   _Alignas(16) unsigned char inline_state[192];
@@ -115,8 +116,5 @@ void gang__work_reject(gang_work *w, gang_status st);
 /* Breaks the gang with `st` and the current thread's error detail, unless
  * it is already broken. Returns the gang's (first) failure status. */
 gang_status gang__fail(gang_t *g, gang_status st);
-
-/* The fabric under a process-group gang, NULL for other kinds (tests). */
-struct gang__fabric *gang__pg_fabric(gang_t *g);
 
 #endif

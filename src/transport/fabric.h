@@ -23,6 +23,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/queue.h>
 
 #include "gang/status.h"
 #include "gang/store.h"
@@ -65,8 +66,9 @@ typedef struct gang__xfer {
    * in fabric.c). */
   bool owns_buf;
 
-  struct gang__xfer *next; /* engine: queue link */
-  size_t off;              /* engine: bytes moved */
+  TAILQ_ENTRY(gang__xfer) link; /* engine: queue link */
+  bool linked;                  /* engine: on a send or receive queue */
+  size_t off;                   /* engine: bytes moved */
   bool lost_bet;           /* engine: a read bet on this receive missed */
   gang__xgroup *grp;
   bool done;

@@ -28,6 +28,7 @@
 #include "gang/gang.h"
 #include "gang/store.h"
 #include "gang_impl.h"
+#include "pg.h"
 #include "transport/fabric.h"
 
 static int g_round;

@@ -10,6 +10,7 @@
 #include "harness/harness.h"
 
 #include "gang/gang.h"
+#include "gang/store.h"
 
 static int g_port;
 
@@ -331,11 +332,54 @@ static void test_paced_mixed_load(void **state) {
   run_with_store(4, mixed_rank);
 }
 
+/* A member that runs ahead: the root of small broadcasts never waits for
+ * its readers, so it can create a sub-gang, broadcast, destroy it and
+ * leave before another member has even created it. The late member must
+ * still find what the root published (the channel may not be freed, nor
+ * its pages cleared, before every member has attached). Rank 1 tells rank
+ * 0 through the store when it is done. */
+static int late_member_rank(int rank, int size, void *arg) {
+  (void)arg;
+  gang_t *g = NULL;
+  RCHECK_OK(join(rank, size, "late-member", 5000, &g));
+  gang_store *st = NULL;
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d/late-member-sync", g_port);
+  RCHECK_OK(gang_store_connect(addr, NULL, &st));
+  int both[2] = {0, 1};
+  gang_t *sub = NULL;
+  if (rank == 0) {
+    void *v = NULL;
+    size_t n = 0;
+    RCHECK_OK(gang_store_get(st, "root-left", &v, &n));
+    gang_store_free(v);
+  }
+  RCHECK_OK(gang_create_subgang(g, both, 2, &sub));
+  for (int i = 0; i < 3; i++) {
+    int32_t v[4] = {rank == 1 ? 100 + i : -1, rank == 1 ? 7 : -1, i, i};
+    RCHECK_OK(gang_broadcast(sub, v, 4, GANG_INT32, 1));
+    RCHECK(v[0] == 100 + i && v[1] == 7 && v[2] == i);
+  }
+  gang_destroy(sub);
+  if (rank == 1)
+    RCHECK_OK(gang_store_set(st, "root-left", "1", 1));
+  RCHECK_OK(gang_barrier(g));
+  gang_store_close(st);
+  gang_destroy(g);
+  return 0;
+}
+
+static void test_member_attaching_after_root_left(void **state) {
+  (void)state;
+  run_with_store(2, late_member_rank);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       GT_TEST(test_subgangs_share_connections),
       GT_TEST(test_paced_exchanges_of_two_gangs),
       GT_TEST(test_blocking_call_after_posted_works),
-      GT_TEST(test_paced_mixed_load)};
+      GT_TEST(test_paced_mixed_load),
+      GT_TEST(test_member_attaching_after_root_left)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

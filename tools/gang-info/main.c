@@ -1,9 +1,13 @@
-/* gang-info: prints the version, the build options and every GANG_* setting
+/* gang-info: prints the version, the build options, every GANG_* setting
  * with its documentation, default and the value in force in this
- * environment. Exits 1 if any setting in the environment is malformed. */
+ * environment, and the table that chooses collective algorithms (with
+ * GANG_ALGO's overrides). Exits 1 if any setting in the environment is
+ * malformed. */
 #include <stdio.h>
 #include <string.h>
 
+#include "algo/select.h"
+#include "core/config.h"
 #include "core/reduce.h"
 #include "gang/config.h"
 #include "gang/version.h"
@@ -17,7 +21,8 @@
 
 static void usage(FILE *out) {
   fprintf(out, "usage: gang-info [--help]\n"
-               "Prints gang's version, build options and settings.\n");
+               "Prints gang's version, build options, settings and the table\n"
+               "that chooses collective algorithms.\n");
 }
 
 int main(int argc, char **argv) {
@@ -46,5 +51,14 @@ int main(int argc, char **argv) {
       bad = 1;
     }
   }
+  printf("\n");
+  algo_choice choice;
+  if (algo_choice_parse(gang__setting_str(GANG_SETTING_ALGO), &choice) !=
+      GANG_OK) {
+    printf("%s\n", gang_last_error());
+    algo_table_print(stdout, NULL);
+    return 1;
+  }
+  algo_table_print(stdout, &choice);
   return bad;
 }

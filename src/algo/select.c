@@ -1,0 +1,316 @@
+/* The algorithm table (select.h). Each rule names an algorithm for a
+ * collective on a path, with two kinds of conditions: limits the algorithm
+ * cannot run without (a flagged step holds 504 bytes, a small slot 1 KiB,
+ * single copy needs the arena's permission, two ends need two members),
+ * which also bind GANG_ALGO's forced choices, and the range where the table
+ * prefers it, measured on the machine of docs/performance.md (the reasons
+ * are in docs/algorithms.md and in each algorithm's file). */
+#include "select.h"
+
+#include <stdint.h>
+#include <string.h>
+
+#include "core/error.h"
+
+/* Hard limits. */
+#define NEED_CMA 1u   /* single copy allowed by the arena's probe */
+#define NEED_TWO 2u   /* exactly two members */
+#define NEED_COUNT 4u /* at least one element per member */
+/* Preferences. Single copy only where every member has a CPU (unless
+ * GANG_SHM_CMA=1 forces it): it costs two rounds in which every member
+ * must run (publish the addresses, report the reads done), each a round of
+ * context switches when ranks outnumber CPUs, where staged chunks let a
+ * member run one chunk ahead; with 4, 8 and 16 ranks on 2 cores staging
+ * measured 1.2-2.3x faster for broadcast, all_reduce, all_gather and
+ * reduce_scatter from 256 KiB to 16 MiB (docs/algorithms.md). */
+#define WHEN_ROOMY 8u       /* not oversubscribed, or single copy forced */
+#define WHEN_NOT_OVER 16u   /* not oversubscribed */
+#define WHEN_THREE_UP 32u   /* three members or more */
+#define WHEN_TWO 64u        /* two members */
+#define WHEN_FEW_ELEMS 128u /* fewer elements than members */
+
+#define ANY SIZE_MAX
+#define KIB ((size_t)1024)
+#define MIB ((size_t)1024 * 1024)
+
+typedef struct algo_rule {
+  algo_coll coll;
+  algo_path path;
+  algo_id algo;
+  size_t hard_max;           /* largest size it can run at */
+  size_t min_bytes, max_bytes; /* preferred range */
+  unsigned flags;
+} algo_rule;
+
+/* Rules in order of preference per collective and path. */
+static const algo_rule rules[] = {
+    /* ---- shared memory ---- */
+    {ALGO_BARRIER, ALGO_PATH_SHM, ALGO_SHM_FLAGGED, ANY, 0, ANY, WHEN_NOT_OVER},
+    {ALGO_BARRIER, ALGO_PATH_SHM, ALGO_SHM_LINES, ANY, 0, ANY, 0},
+    {ALGO_ALL_REDUCE, ALGO_PATH_SHM, ALGO_SHM_FLAGGED, 504, 0, 504, 0},
+    {ALGO_ALL_REDUCE, ALGO_PATH_SHM, ALGO_SHM_SMALL, KIB, 0, KIB, 0},
+    {ALGO_ALL_REDUCE, ALGO_PATH_SHM, ALGO_SHM_SINGLE_COPY, ANY, MIB, ANY,
+     NEED_CMA | NEED_COUNT | WHEN_ROOMY | WHEN_THREE_UP},
+    {ALGO_ALL_REDUCE, ALGO_PATH_SHM, ALGO_SHM_ALLREAD, ANY, 0, 16 * KIB, 0},
+    {ALGO_ALL_REDUCE, ALGO_PATH_SHM, ALGO_SHM_STAGED_BUSY, ANY, 4 * MIB, ANY,
+     NEED_CMA | NEED_COUNT | WHEN_ROOMY},
+    {ALGO_ALL_REDUCE, ALGO_PATH_SHM, ALGO_SHM_STAGED, ANY, 0, ANY, 0},
+    {ALGO_BROADCAST, ALGO_PATH_SHM, ALGO_SHM_SMALL, KIB, 0, KIB, 0},
+    {ALGO_BROADCAST, ALGO_PATH_SHM, ALGO_SHM_TWO_ENDS, ANY, 64 * KIB, ANY,
+     NEED_CMA | NEED_TWO | WHEN_ROOMY},
+    {ALGO_BROADCAST, ALGO_PATH_SHM, ALGO_SHM_SINGLE_COPY, ANY, 64 * KIB, ANY,
+     NEED_CMA | WHEN_ROOMY},
+    {ALGO_BROADCAST, ALGO_PATH_SHM, ALGO_SHM_STAGED, ANY, 0, ANY, 0},
+    {ALGO_ALL_GATHER, ALGO_PATH_SHM, ALGO_SHM_SINGLE_COPY, ANY, 32 * KIB, ANY,
+     NEED_CMA | WHEN_ROOMY},
+    {ALGO_ALL_GATHER, ALGO_PATH_SHM, ALGO_SHM_SMALL, KIB, 0, KIB, 0},
+    {ALGO_ALL_GATHER, ALGO_PATH_SHM, ALGO_SHM_STAGED, ANY, 0, ANY, 0},
+    {ALGO_REDUCE_SCATTER, ALGO_PATH_SHM, ALGO_SHM_SINGLE_COPY, ANY, 256 * KIB,
+     ANY, NEED_CMA | WHEN_ROOMY},
+    {ALGO_REDUCE_SCATTER, ALGO_PATH_SHM, ALGO_SHM_STAGED, ANY, 0, ANY, 0},
+    {ALGO_ALL_TO_ALL, ALGO_PATH_SHM, ALGO_SHM_SINGLE_COPY, ANY, 16 * KIB, ANY,
+     NEED_CMA | WHEN_ROOMY},
+    /* Oversubscribed, single copy still wins blocks from 256 KiB (16 ranks
+     * on 2 cores, 256 KiB and 1 MiB blocks: 1.2x); below, staging is as
+     * fast or up to 3x faster. */
+    {ALGO_ALL_TO_ALL, ALGO_PATH_SHM, ALGO_SHM_SINGLE_COPY, ANY, 256 * KIB, ANY,
+     NEED_CMA},
+    {ALGO_ALL_TO_ALL, ALGO_PATH_SHM, ALGO_SHM_STAGED, ANY, 0, ANY, 0},
+    /* Variable blocks have no staged form: without single copy they go
+     * over TCP. */
+    {ALGO_ALL_TO_ALL_V, ALGO_PATH_SHM, ALGO_SHM_SINGLE_COPY, ANY, 0, ANY,
+     NEED_CMA},
+    /* ---- several hosts ---- */
+    {ALGO_BARRIER, ALGO_PATH_HIER, ALGO_HIER, ANY, 0, ANY, 0},
+    {ALGO_ALL_REDUCE, ALGO_PATH_HIER, ALGO_HIER, ANY, 0, ANY, 0},
+    {ALGO_BROADCAST, ALGO_PATH_HIER, ALGO_HIER, ANY, 0, ANY, 0},
+    /* ---- TCP ---- */
+    {ALGO_BARRIER, ALGO_PATH_TCP, ALGO_TCP_DISSEMINATION, ANY, 0, ANY, 0},
+    /* Recursive doubling up to 64 KiB, and between two ranks always (it
+     * moves the same bytes as the ring in one exchange, which the fabric
+     * paces: docs/algorithms.md). */
+    {ALGO_ALL_REDUCE, ALGO_PATH_TCP, ALGO_TCP_RD, ANY, 0, 64 * KIB, 0},
+    {ALGO_ALL_REDUCE, ALGO_PATH_TCP, ALGO_TCP_RD, ANY, 0, ANY, WHEN_TWO},
+    {ALGO_ALL_REDUCE, ALGO_PATH_TCP, ALGO_TCP_RD, ANY, 0, ANY, WHEN_FEW_ELEMS},
+    {ALGO_ALL_REDUCE, ALGO_PATH_TCP, ALGO_TCP_RING, ANY, 0, ANY, NEED_COUNT},
+    {ALGO_BROADCAST, ALGO_PATH_TCP, ALGO_TCP_BINOMIAL, ANY, 0, ANY, 0},
+    {ALGO_ALL_GATHER, ALGO_PATH_TCP, ALGO_TCP_RING, ANY, 0, ANY, 0},
+    {ALGO_REDUCE_SCATTER, ALGO_PATH_TCP, ALGO_TCP_RING, ANY, 0, ANY, 0},
+    {ALGO_ALL_TO_ALL, ALGO_PATH_TCP, ALGO_TCP_PAIRWISE, ANY, 0, ANY, 0},
+    {ALGO_ALL_TO_ALL_V, ALGO_PATH_TCP, ALGO_TCP_PAIRWISE, ANY, 0, ANY, 0},
+};
+
+#define NRULES (sizeof rules / sizeof rules[0])
+
+static const char *const algo_names[] = {
+#define ALGO_NAME(id, name, doc) name,
+    ALGO_LIST(ALGO_NAME)
+#undef ALGO_NAME
+};
+
+static const char *const algo_docs[] = {
+#define ALGO_DOC(id, name, doc) doc,
+    ALGO_LIST(ALGO_DOC)
+#undef ALGO_DOC
+};
+
+static const char *const coll_names[ALGO_COLL_COUNT] = {
+    "barrier",        "all_reduce", "broadcast",  "all_gather",
+    "reduce_scatter", "all_to_all", "all_to_all_v"};
+
+static const char *const path_names[ALGO_PATH_COUNT] = {
+    "shared memory", "several hosts", "TCP"};
+
+const char *algo_name(algo_id a) {
+  return (unsigned)a < ALGO_COUNT ? algo_names[a] : "?";
+}
+
+const char *algo_coll_name(algo_coll c) {
+  return (unsigned)c < ALGO_COLL_COUNT ? coll_names[c] : "?";
+}
+
+const char *algo_path_name(algo_path p) {
+  return (unsigned)p < ALGO_PATH_COUNT ? path_names[p] : "?";
+}
+
+static bool can_run(const algo_rule *r, const algo_facts *f) {
+  return f->bytes <= r->hard_max && (!(r->flags & NEED_CMA) || f->cma) &&
+         (!(r->flags & NEED_TWO) || f->size == 2) &&
+         (!(r->flags & NEED_COUNT) || f->count >= (size_t)f->size);
+}
+
+static bool preferred(const algo_rule *r, const algo_facts *f) {
+  unsigned fl = r->flags;
+  return f->bytes >= r->min_bytes && f->bytes <= r->max_bytes &&
+         (!(fl & WHEN_ROOMY) || !f->oversubscribed || f->cma_forced) &&
+         (!(fl & WHEN_NOT_OVER) || !f->oversubscribed) &&
+         (!(fl & WHEN_THREE_UP) || f->size >= 3) &&
+         (!(fl & WHEN_TWO) || f->size == 2) &&
+         (!(fl & WHEN_FEW_ELEMS) || f->count < (size_t)f->size);
+}
+
+/* The path an algorithm belongs to (ALGO_PATH_COUNT for auto). */
+static algo_path path_of(algo_id a) {
+  for (size_t i = 0; i < NRULES; i++)
+    if (rules[i].algo == a)
+      return rules[i].path;
+  return ALGO_PATH_COUNT;
+}
+
+algo_id algo_select(const algo_choice *choice, algo_coll coll, algo_path path,
+                    const algo_facts *facts) {
+  algo_id forced = choice != NULL ? choice->forced[coll] : ALGO_AUTO;
+  if (forced != ALGO_AUTO && path_of(forced) != path) {
+    /* Forced onto another path: leave this one, unless this is TCP,
+     * where everything can run. */
+    if (path != ALGO_PATH_TCP)
+      return ALGO_AUTO;
+    forced = ALGO_AUTO;
+  }
+  for (size_t i = 0; forced != ALGO_AUTO && i < NRULES; i++) {
+    const algo_rule *r = &rules[i];
+    if (r->coll == coll && r->path == path && r->algo == forced &&
+        can_run(r, facts))
+      return forced;
+  }
+  for (size_t i = 0; i < NRULES; i++) {
+    const algo_rule *r = &rules[i];
+    if (r->coll == coll && r->path == path && can_run(r, facts) &&
+        preferred(r, facts))
+      return r->algo;
+  }
+  return ALGO_AUTO;
+}
+
+/* Whether coll has a rule naming algorithm a. */
+static bool coll_has(algo_coll coll, algo_id a) {
+  for (size_t i = 0; i < NRULES; i++)
+    if (rules[i].coll == coll && rules[i].algo == a)
+      return true;
+  return false;
+}
+
+static void list_algos(algo_coll coll, char *buf, size_t cap) {
+  size_t n = 0;
+  buf[0] = '\0';
+  for (int a = 0; a < ALGO_COUNT; a++)
+    if (a == ALGO_AUTO || coll_has(coll, (algo_id)a))
+      n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, "%s%s",
+                            n ? ", " : "", algo_names[a]);
+}
+
+gang_status algo_choice_parse(const char *text, algo_choice *out) {
+  algo_choice c;
+  for (int i = 0; i < ALGO_COLL_COUNT; i++)
+    c.forced[i] = ALGO_AUTO;
+  char buf[512];
+  if (strlen(text) >= sizeof buf)
+    return gang__error(GANG_INVALID_ARGUMENT,
+                       "GANG_ALGO: longer than %zu characters", sizeof buf - 1);
+  snprintf(buf, sizeof buf, "%s", text);
+  char *save = NULL;
+  for (char *item = strtok_r(buf, ", ", &save); item;
+       item = strtok_r(NULL, ", ", &save)) {
+    char *eq = strchr(item, '=');
+    if (eq == NULL)
+      return gang__error(GANG_INVALID_ARGUMENT,
+                         "GANG_ALGO: '%s' is not collective=algorithm (e.g. "
+                         "all_reduce=ring)",
+                         item);
+    *eq = '\0';
+    int coll = -1;
+    for (int i = 0; i < ALGO_COLL_COUNT; i++)
+      if (strcmp(item, coll_names[i]) == 0)
+        coll = i;
+    if (coll < 0)
+      return gang__error(GANG_INVALID_ARGUMENT,
+                         "GANG_ALGO: '%s' is not a collective (barrier, "
+                         "all_reduce, broadcast, all_gather, reduce_scatter, "
+                         "all_to_all, all_to_all_v)",
+                         item);
+    int algo = -1;
+    for (int a = 0; a < ALGO_COUNT; a++)
+      if (strcmp(eq + 1, algo_names[a]) == 0 &&
+          (a == ALGO_AUTO || coll_has((algo_coll)coll, (algo_id)a)))
+        algo = a;
+    if (algo < 0) {
+      char list[256];
+      list_algos((algo_coll)coll, list, sizeof list);
+      return gang__error(GANG_INVALID_ARGUMENT,
+                         "GANG_ALGO: %s has no algorithm '%s' (%s)", item,
+                         eq + 1, list);
+    }
+    c.forced[coll] = (algo_id)algo;
+  }
+  *out = c;
+  return GANG_OK;
+}
+
+static int size_text(char *buf, size_t cap, size_t v) {
+  if (v >= MIB && v % MIB == 0)
+    return snprintf(buf, cap, "%zu MiB", v / MIB);
+  if (v >= KIB && v % KIB == 0)
+    return snprintf(buf, cap, "%zu KiB", v / KIB);
+  return snprintf(buf, cap, "%zu B", v);
+}
+
+/* "from 1 MiB; single copy allowed; ..." or "always". */
+static void rule_text(const algo_rule *r, char *buf, size_t cap) {
+  size_t n = 0;
+  char a[32], b[32];
+  buf[0] = '\0';
+#define ADD(...)                                                               \
+  n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, "%s", n ? "; " : ""),  \
+      n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, __VA_ARGS__)
+  size_text(a, sizeof a, r->min_bytes);
+  size_text(b, sizeof b, r->max_bytes);
+  if (r->min_bytes > 0 && r->max_bytes != ANY)
+    ADD("%s to %s", a, b);
+  else if (r->min_bytes > 0)
+    ADD("from %s", a);
+  else if (r->max_bytes != ANY)
+    ADD("up to %s", b);
+  unsigned fl = r->flags;
+  if (fl & NEED_CMA)
+    ADD("single copy allowed");
+  if ((fl & NEED_TWO) || (fl & WHEN_TWO))
+    ADD("two members");
+  if (fl & WHEN_THREE_UP)
+    ADD("three members or more");
+  if (fl & NEED_COUNT)
+    ADD("an element per member");
+  if (fl & WHEN_FEW_ELEMS)
+    ADD("fewer elements than members");
+  if (fl & WHEN_ROOMY)
+    ADD("a CPU per member (or GANG_SHM_CMA=1)");
+  if (fl & WHEN_NOT_OVER)
+    ADD("a CPU per member");
+#undef ADD
+  if (n == 0)
+    snprintf(buf, cap, "otherwise");
+}
+
+void algo_table_print(FILE *f, const algo_choice *choice) {
+  fprintf(f, "algorithms: the first rule that fits, per collective and path "
+             "(sizes: the buffer for all_reduce and broadcast, one member's "
+             "block otherwise):\n");
+  for (int c = 0; c < ALGO_COLL_COUNT; c++) {
+    fprintf(f, "  %s", coll_names[c]);
+    if (choice != NULL && choice->forced[c] != ALGO_AUTO)
+      fprintf(f, " (GANG_ALGO forces %s where it can run)",
+              algo_names[choice->forced[c]]);
+    fprintf(f, "\n");
+    for (size_t i = 0; i < NRULES; i++) {
+      const algo_rule *r = &rules[i];
+      if ((int)r->coll != c)
+        continue;
+      char when[256];
+      rule_text(r, when, sizeof when);
+      fprintf(f, "    %-14s %-22s %s\n", path_names[r->path],
+              algo_names[r->algo], when);
+    }
+  }
+  fprintf(f, "  where:\n");
+  for (int a = 1; a < ALGO_COUNT; a++)
+    fprintf(f, "    %-22s %s\n", algo_names[a], algo_docs[a]);
+}

@@ -1,0 +1,98 @@
+/* Which algorithm runs a collective: one table for every collective and
+ * every path (shared memory inside a host, hierarchical across hosts with
+ * shared memory on each, flat TCP), chosen by size and by what the host's
+ * arena agreed (single copy allowed, oversubscribed). GANG_ALGO forces an
+ * algorithm per collective; gang-info prints the table.
+ *
+ * Every member of a gang must choose alike: the inputs are the call (kind,
+ * bytes, count), the gang's shape and the arena's agreed facts, which are
+ * the same on every member, and the world agrees on GANG_ALGO when it is
+ * created (src/gang/pg_world.c). */
+#ifndef GANG_ALGO_SELECT_H
+#define GANG_ALGO_SELECT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#include "gang/status.h"
+
+typedef enum algo_coll {
+  ALGO_BARRIER,
+  ALGO_ALL_REDUCE,
+  ALGO_BROADCAST,
+  ALGO_ALL_GATHER,
+  ALGO_REDUCE_SCATTER,
+  ALGO_ALL_TO_ALL,
+  ALGO_ALL_TO_ALL_V,
+  ALGO_COLL_COUNT
+} algo_coll;
+
+typedef enum algo_path {
+  ALGO_PATH_SHM,  /* every member on this host, one arena */
+  ALGO_PATH_HIER, /* several hosts, each with shared memory */
+  ALGO_PATH_TCP,  /* the fabric alone */
+  ALGO_PATH_COUNT
+} algo_path;
+
+#define ALGO_LIST(X)                                                           \
+  X(AUTO, "auto", "chosen by the table")                                       \
+  X(SHM_FLAGGED, "flagged", "data and a flag per cache line, polled at once")  \
+  X(SHM_LINES, "lines", "one step on the step lines")                          \
+  X(SHM_SMALL, "small", "each member's small slot of one step")                \
+  X(SHM_ALLREAD, "allread", "stage, then reduce every member's copy")          \
+  X(SHM_STAGED, "staged", "chunks through the staging buffers")                \
+  X(SHM_STAGED_BUSY, "staged_or_single_copy",                                  \
+    "staged, or single copy when a member saw a busy machine")                 \
+  X(SHM_SINGLE_COPY, "single_copy", "process_vm_readv from the peers' buffers") \
+  X(SHM_TWO_ENDS, "two_ends",                                                  \
+    "two members: the root pushes one half, the other pulls the rest")         \
+  X(HIER, "hierarchical", "shared memory in each host, TCP among leaders")     \
+  X(TCP_RD, "recursive_doubling", "recursive doubling over TCP")               \
+  X(TCP_RING, "ring", "ring over TCP")                                         \
+  X(TCP_BINOMIAL, "binomial", "binomial tree over TCP")                        \
+  X(TCP_DISSEMINATION, "dissemination", "dissemination over TCP")             \
+  X(TCP_PAIRWISE, "pairwise", "pairwise exchange over TCP")
+
+typedef enum algo_id {
+#define ALGO_ENUM(id, name, doc) ALGO_##id,
+  ALGO_LIST(ALGO_ENUM)
+#undef ALGO_ENUM
+      ALGO_COUNT
+} algo_id;
+
+/* What the choice depends on besides the collective and the path. */
+typedef struct algo_facts {
+  size_t bytes;        /* all_reduce, broadcast: the buffer; all_gather,
+                          reduce_scatter, all_to_all: one member's block */
+  size_t count;        /* elements (all_reduce: of the buffer) */
+  int size;            /* members taking part on this path */
+  bool cma;            /* single copy allowed (the arena's probe) */
+  bool oversubscribed; /* more local ranks than CPUs */
+  bool cma_forced;     /* GANG_SHM_CMA=1: single copy even oversubscribed */
+} algo_facts;
+
+/* GANG_ALGO: a forced algorithm per collective, ALGO_AUTO where none. */
+typedef struct algo_choice {
+  algo_id forced[ALGO_COLL_COUNT];
+} algo_choice;
+
+/* Parses GANG_ALGO's syntax ("all_reduce=ring,broadcast=staged"; empty for
+ * none). Errors name the item and list what is allowed. */
+gang_status algo_choice_parse(const char *text, algo_choice *out);
+
+/* The algorithm for coll on path: the forced one when it can run there
+ * (its hard limits hold: a flagged step's size, single copy allowed, two
+ * members), else the table's first rule that fits. Never ALGO_AUTO. */
+algo_id algo_select(const algo_choice *choice, algo_coll coll, algo_path path,
+                    const algo_facts *facts);
+
+/* Names, for errors and gang-info. */
+const char *algo_name(algo_id a);
+const char *algo_coll_name(algo_coll c);
+const char *algo_path_name(algo_path p);
+
+/* Prints the table (and the forced algorithms, if any) to f. */
+void algo_table_print(FILE *f, const algo_choice *choice);
+
+#endif

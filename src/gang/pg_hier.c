@@ -1,0 +1,165 @@
+/* Gangs over several hosts whose ranks share memory on each: all_reduce,
+ * broadcast and barrier run inside each host over shared memory and
+ * between hosts over TCP among one leader per host (its lowest gang rank);
+ * the other collectives run flat over TCP (pg_exec.c). Costs in
+ * docs/algorithms.md, "Gangs over several hosts". */
+#include <stdlib.h>
+
+#include "algo/algo.h"
+#include "algo/shm_algo.h"
+#include "core/clock.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/mix.h"
+#include "pg_internal.h"
+
+static const char *kind_name(int kind) {
+  return gang__coll_name((gang__coll_kind)kind);
+}
+
+void gang__pg_hier_free(pg_hier *h) {
+  if (h == NULL)
+    return;
+  gang__shm_chan_detach(h->local);
+  free(h->leaders);
+  free(h->host_of);
+  free(h->local_of);
+  free(h);
+}
+
+/* Local: every member computes the same plan from the world's host
+ * table. */
+gang_status gang__pg_hier_new(pg_world *w, const int *map, int size, int rank,
+                              uint64_t ctx, pg_hier **out) {
+  *out = NULL;
+  if (!w->shm_everywhere || w->hosts == NULL || size < 3)
+    return GANG_OK;
+  pg_hier *h = calloc(1, sizeof *h);
+  int *hid = malloc(sizeof *hid * (size_t)size); /* world host of index */
+  int *local = malloc(sizeof *local * (size_t)size);
+  if (h == NULL || hid == NULL || local == NULL)
+    goto oom;
+  h->leaders = malloc(sizeof *h->leaders * (size_t)size);
+  h->host_of = malloc(sizeof *h->host_of * (size_t)size);
+  h->local_of = calloc((size_t)size, sizeof *h->local_of);
+  if (h->leaders == NULL || h->host_of == NULL || h->local_of == NULL)
+    goto oom;
+  int *count = local; /* members per host index, reused below */
+  for (int i = 0; i < size; i++) {
+    int wh = w->hosts[map[i]], k = 0;
+    while (k < h->nhosts && hid[k] != wh)
+      k++;
+    if (k == h->nhosts) {
+      hid[h->nhosts] = wh;
+      h->leaders[h->nhosts] = map[i];
+      count[h->nhosts++] = 0;
+    }
+    h->host_of[i] = k;
+    h->local_of[i] = count[k]++;
+  }
+  if (h->nhosts == size || h->nhosts == 1) {
+    free(hid);
+    free(local);
+    gang__pg_hier_free(h);
+    return GANG_OK;
+  }
+  h->my_host = h->host_of[rank];
+  h->leader = h->local_of[rank] == 0;
+  int n = 0;
+  for (int i = 0; i < size; i++)
+    if (h->host_of[i] == h->my_host)
+      local[n++] = map[i];
+  h->ctx = gang__mix64(ctx ^ 0x6869657261726368ull) & ~PG_P2P_CTX_BIT;
+  if (n > 1) {
+    gang_status st = gang__shm_chan_attach(w->shm, h->ctx, local, n,
+                                           h->local_of[rank], &h->local);
+    if (st != GANG_OK) {
+      free(hid);
+      free(local);
+      gang__pg_hier_free(h);
+      return st;
+    }
+    h->local->kind_name = kind_name;
+  }
+  free(hid);
+  free(local);
+  GANG_INFO(SHM,
+            "gang of %d ranks over %d hosts: hierarchical all_reduce, "
+            "broadcast and barrier (%d members here%s)",
+            size, h->nhosts, n, h->leader ? ", leader" : "");
+  *out = h;
+  return GANG_OK;
+oom:
+  free(hid);
+  free(local);
+  gang__pg_hier_free(h);
+  return gang__error(GANG_NO_MEMORY, "gang: out of memory");
+}
+
+/* The shared-memory algorithm for one local part of a hierarchical call:
+ * as a channel of its own would choose; a forced algorithm of another path
+ * leaves it the table's choice. */
+static algo_id local_algo(pg *p, algo_coll coll, size_t bytes, size_t count) {
+  algo_facts f = shm_facts(p->hier->local, bytes, count);
+  algo_id a = algo_select(&p->w->choice, coll, ALGO_PATH_SHM, &f);
+  return a != ALGO_AUTO ? a : algo_select(NULL, coll, ALGO_PATH_SHM, &f);
+}
+
+bool gang__pg_execute_hier(gang_t *g, gang_work *w, gang_status *st) {
+  pg *p = g->impl;
+  pg_hier *h = p->hier;
+  const gang__coll *c = &w->coll;
+  if (c->kind != GANG_COLL_ALL_REDUCE && c->kind != GANG_COLL_BROADCAST &&
+      c->kind != GANG_COLL_BARRIER)
+    return false;
+  gang__shm_chan *ch = h->local;
+  size_t bytes = c->count * gang_dtype_size(c->dtype);
+  int64_t deadline = gang__deadline_in_ms(g->timeout_ms);
+  if (ch != NULL) {
+    gang__pg_chan_start(ch, g, w);
+    ch->deadline = deadline; /* one clock for the local and TCP parts */
+  }
+  char what[64];
+  gang__pg_name_call(what, sizeof what, c->kind, w->seq, g->rank, g->size,
+                     ", hosts");
+  algo_ctx a = gang__pg_tcp_ctx(p, w, h->my_host, h->nhosts, h->leaders,
+                                h->ctx, deadline, what);
+  *st = GANG_OK;
+  switch (c->kind) {
+  case GANG_COLL_BARRIER: {
+    algo_id la = ch != NULL ? local_algo(p, ALGO_BARRIER, 0, 0) : ALGO_AUTO;
+    if (ch != NULL)
+      *st = shm_barrier(ch, la);
+    if (*st == GANG_OK && h->leader)
+      *st = algo_barrier_dissemination(&a);
+    if (*st == GANG_OK && ch != NULL)
+      *st = shm_barrier(ch, la);
+    return true;
+  }
+  case GANG_COLL_ALL_REDUCE:
+    if (ch != NULL)
+      *st = shm_allreduce(ch, c->out, c->count, c->dtype, c->op,
+                          local_algo(p, ALGO_ALL_REDUCE, bytes, c->count));
+    if (*st == GANG_OK && h->leader)
+      *st = gang__pg_tcp_allreduce(p, &a, c);
+    if (*st == GANG_OK && ch != NULL)
+      *st = shm_bcast(ch, c->out, bytes, 0,
+                      local_algo(p, ALGO_BROADCAST, bytes, c->count));
+    return true;
+  case GANG_COLL_BROADCAST: {
+    int root_host = h->host_of[c->root];
+    algo_id la = ch != NULL ? local_algo(p, ALGO_BROADCAST, bytes, c->count)
+                            : ALGO_AUTO;
+    /* The root's host first, so its leader has the data. */
+    if (ch != NULL && h->my_host == root_host)
+      *st = shm_bcast(ch, c->out, bytes, h->local_of[c->root], la);
+    if (*st == GANG_OK && h->leader)
+      *st = algo_bcast_binomial(&a, c->out, bytes, root_host);
+    if (*st == GANG_OK && ch != NULL && h->my_host != root_host)
+      *st = shm_bcast(ch, c->out, bytes, 0, la);
+    return true;
+  }
+  default:
+    return false;
+  }
+}

@@ -1,0 +1,169 @@
+/* The process-group gang's parts, shared by its files:
+ *
+ *   pg.c        the backend: a gang's state, sub-gangs, abort, destroy
+ *   pg_world.c  creating a world (store, fabric, shared memory) and its
+ *               first gang; the world's lifetime
+ *   pg_addr.c   the address this rank listens on
+ *   pg_queue.c  posting, running and waiting for collectives (the queue
+ *               and its worker thread)
+ *   pg_p2p.c    send and receive
+ *   pg_exec.c   executing one collective on the chosen path and algorithm
+ *   pg_hier.c   gangs over several hosts: shared memory inside, TCP between
+ *   pg_diag.c   after a timeout: which ranks reached the collective
+ *
+ * Calls go one way: pg_world -> pg -> pg_queue / pg_p2p -> pg_exec ->
+ * pg_hier; pg_queue -> pg_diag. None of this is thread-safe unless said. */
+#ifndef GANG_GANG_PG_INTERNAL_H
+#define GANG_GANG_PG_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/queue.h>
+
+#include "algo/algo.h"
+#include "algo/select.h"
+#include "gang_impl.h"
+#include "gang/store.h"
+#include "transport/fabric.h"
+#include "transport/shm.h"
+
+/* Context ids of point-to-point traffic have the top bit set; collective
+ * contexts never do. */
+#define PG_P2P_CTX_BIT (1ull << 63)
+
+/* What a world's gangs share: the store connection, the store server when
+ * rank 0 hosts it, the fabric and this host's shared-memory arena. Freed
+ * when the last gang of the world is destroyed. */
+typedef struct pg_world {
+  pthread_mutex_t mu;
+  int refs;
+  gang_store *store;
+  gang_store_server *server; /* when rank 0 hosts the store itself */
+  gang__fabric *fabric;
+  gang__shm *shm;      /* this host's arena; NULL: no local peer or shm off */
+  int *hosts;          /* world rank -> host index (NULL for a world of one) */
+  bool shm_everywhere; /* every host's ranks share memory (or are alone) */
+  algo_choice choice;  /* GANG_ALGO's overrides */
+} pg_world;
+
+/* A gang over several hosts, some with several of its members: all_reduce,
+ * broadcast and barrier run inside each host over shared memory and
+ * between hosts over TCP, among one leader per host (its lowest gang
+ * rank). */
+typedef struct pg_hier {
+  gang__shm_chan *local; /* this host's members (NULL when alone here) */
+  int *leaders;          /* world ranks of the leaders, by host index */
+  int nhosts, my_host;   /* host index: order of first gang rank */
+  bool leader;
+  int *host_of;  /* gang rank -> host index */
+  int *local_of; /* gang rank -> index among its host's members */
+  uint64_t ctx;  /* the leaders' context id */
+} pg_hier;
+
+typedef TAILQ_HEAD(pg_works, gang_work) pg_works;
+
+typedef struct pg {
+  pg_world *w;
+  int *map; /* gang rank -> world rank */
+  uint64_t ctx;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  /* Collectives posted. Only the posting thread (one at a time, gang.h)
+   * advances it, so it needs no read-modify-write. */
+  _Atomic uint64_t seq;
+  uint64_t subgangs; /* sub-gangs created (a collective counter) */
+  pg_works queue;    /* collectives posted, not yet running (under mu) */
+  atomic_int queued; /* works in the queue (mirrors it, read without mu) */
+  pg_works p2p;      /* point-to-point works not yet completed (under mu) */
+  /* A collective is executing. Claimed by compare-and-swap, so a blocking
+   * call with nothing queued runs without taking mu (pg_queue.c). */
+  atomic_bool running;
+  bool has_thread, stop;
+  pthread_t thread;
+  void *scratch[2];
+  size_t scratch_cap[2];
+  gang__shm_chan *chan; /* every member on this host: collectives over shm */
+  pg_hier *hier;        /* members on several hosts, some sharing one */
+  _Atomic int last_algo; /* the algorithm of the last collective (tests) */
+} pg;
+
+/* ---- pg.c ---- */
+
+/* Creates the gang of world ranks map[0..size) in which this process is
+ * `rank`, with context id `ctx`; takes a reference to w. */
+gang_status gang__pg_new(pg_world *w, const int *map, int size, int rank,
+                         uint64_t ctx, gang_device device, int64_t timeout_ms,
+                         gang_t **out);
+
+/* ---- pg_world.c ---- */
+
+/* Drops a reference to w; the last one frees it. */
+void gang__pg_world_release(pg_world *w);
+
+/* ---- pg_addr.c ---- */
+
+/* The local address peers can reach this rank at (see pg_addr.c): `want`
+ * when given, else the one toward the store's host, narrowed by
+ * GANG_SOCKET_IFNAME. */
+gang_status gang__pg_listen_addr(const char *store_addr, const char *want,
+                                 char *out, size_t cap);
+
+/* ---- pg_queue.c ---- */
+
+gang_status gang__pg_post(gang_t *g, const gang__coll *c, gang_work *w);
+gang_status gang__pg_wait(gang_work *w, int64_t deadline);
+void gang__pg_test(gang_work *w);
+/* Stops the worker thread and fails the collectives still queued. */
+void gang__pg_queue_stop(gang_t *g);
+
+/* ---- pg_p2p.c ---- */
+
+gang_status gang__pg_post_p2p(gang_t *g, const gang__coll *c, gang_work *w);
+gang_status gang__pg_wait_p2p(gang_work *w, int64_t deadline);
+void gang__pg_test_p2p(gang_work *w);
+/* Withdraws the point-to-point works not yet completed (destroy). */
+void gang__pg_p2p_cancel_all(gang_t *g);
+
+/* ---- pg_exec.c ---- */
+
+/* Executes w's collective: shared memory, hierarchical or TCP, with the
+ * algorithm the selection table (src/algo/select.c) names. */
+gang_status gang__pg_execute(gang_t *g, gang_work *w);
+
+/* "<kind> #<seq> (gang rank <rank>/<size><tail>)", for errors. */
+void gang__pg_name_call(char *out, size_t cap, gang__coll_kind kind,
+                        uint64_t seq, int rank, int size, const char *tail);
+void gang__pg_name_p2p(char *out, size_t cap, bool send, int peer, int tag);
+
+/* Prepares channel ch for w's collective (names, signature, deadline). */
+void gang__pg_chan_start(gang__shm_chan *ch, gang_t *g, const gang_work *w);
+
+/* The algorithms' view of w's collective over the fabric ranks
+ * world[0..size), in which this rank is `rank`. */
+algo_ctx gang__pg_tcp_ctx(pg *p, const gang_work *w, int rank, int size,
+                          const int *world, uint64_t ctx, int64_t deadline,
+                          const char *what);
+
+/* all_reduce over TCP with the selected algorithm. */
+gang_status gang__pg_tcp_allreduce(pg *p, algo_ctx *a, const gang__coll *c);
+
+/* ---- pg_hier.c ---- */
+
+/* Plans the hierarchy of a gang over several hosts; *out stays NULL when
+ * it would not help. */
+gang_status gang__pg_hier_new(pg_world *w, const int *map, int size, int rank,
+                              uint64_t ctx, pg_hier **out);
+void gang__pg_hier_free(pg_hier *h);
+/* Runs w's collective hierarchically; false when this kind runs flat. */
+bool gang__pg_execute_hier(gang_t *g, gang_work *w, gang_status *st);
+
+/* ---- pg_diag.c ---- */
+
+/* Adds to this thread's timeout error which ranks reached w's collective
+ * and which did not answer. */
+void gang__pg_diagnose_timeout(gang_t *g, const gang_work *w);
+
+#endif

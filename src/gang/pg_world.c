@@ -1,0 +1,209 @@
+/* Creating a process-group world: the store connection (and the store
+ * itself on rank 0 when no launcher hosts it), the fabric, this host's
+ * shared-memory arena and the world's first gang. A world is shared by
+ * that gang and every sub-gang made from it, and freed when the last of
+ * them is destroyed. */
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/clock.h"
+#include "core/config.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/options.h"
+#include "gang/env.h"
+#include "pg_internal.h"
+
+void gang__pg_world_release(pg_world *w) {
+  if (w == NULL)
+    return;
+  pthread_mutex_lock(&w->mu);
+  int left = --w->refs;
+  pthread_mutex_unlock(&w->mu);
+  if (left > 0)
+    return;
+  gang__shm_destroy(w->shm);
+  free(w->hosts);
+  gang__fabric_destroy(w->fabric);
+  gang_store_close(w->store);
+  gang_store_server_stop(w->server);
+  pthread_mutex_destroy(&w->mu);
+  free(w);
+}
+
+/* A field of the caller's options, or `def` when the caller's struct is
+ * too old (smaller) to have it or there are no options. */
+#define OPT(o, field, def)                                                     \
+  (GANG_OPTIONS_HAS(o, gang_options, field) ? (o)->field : (def))
+
+/* GANG_ALGO, the same on every rank: every member of a gang must choose
+ * the same algorithm, so a rank whose setting differs from rank 0's fails
+ * here instead of hanging or corrupting later. */
+static gang_status agree_algo(pg_world *w, int rank) {
+  const char *mine = gang__setting_str(GANG_SETTING_ALGO);
+  GANG_CHECK(algo_choice_parse(mine, &w->choice));
+  if (w->store == NULL)
+    return GANG_OK;
+  if (rank == 0)
+    return gang_store_set(w->store, "pg/algo", mine, strlen(mine) + 1);
+  void *v = NULL;
+  size_t len = 0;
+  GANG_CHECK(gang_store_get(w->store, "pg/algo", &v, &len));
+  bool same = len == strlen(mine) + 1 && memcmp(v, mine, len) == 0;
+  gang_status st =
+      same ? GANG_OK
+           : gang__error(GANG_INVALID_ARGUMENT,
+                         "GANG_ALGO differs between ranks: rank 0 has '%.*s', "
+                         "rank %d '%s'; every rank must choose alike",
+                         (int)(len ? len - 1 : 0), (const char *)v, rank, mine);
+  gang_store_free(v);
+  return st;
+}
+
+static gang_status create(const gang_options *opts, const char *store_addr,
+                          int rank, int size, gang_store_server *server,
+                          gang_t **out) {
+  gang_device cpu = {GANG_DEVICE_CPU, 0};
+  gang_device dev = OPT(opts, device, cpu);
+  if (dev.type != GANG_DEVICE_CPU) {
+    gang_store_server_stop(server);
+    return gang__error(GANG_NOT_SUPPORTED,
+                       "gang: only CPU gangs move data (device type %d)",
+                       (int)dev.type);
+  }
+  int64_t timeout_ms = OPT(opts, timeout_ms, 0);
+  if (timeout_ms == 0) {
+    gang_status st = gang__setting_int(GANG_SETTING_TIMEOUT, &timeout_ms);
+    if (st != GANG_OK) {
+      gang_store_server_stop(server);
+      return st;
+    }
+  }
+  pg_world *w = calloc(1, sizeof *w);
+  if (w == NULL) {
+    gang_store_server_stop(server);
+    return gang__error(GANG_NO_MEMORY, "gang: out of memory");
+  }
+  pthread_mutex_init(&w->mu, NULL);
+  w->refs = 1; /* the creation's own reference, dropped below */
+  w->server = server;
+  gang_status st;
+  char host[INET6_ADDRSTRLEN] = "127.0.0.1";
+  if (size > 1) {
+    gang_store_options so = GANG_STORE_OPTIONS_INIT;
+    so.timeout_ms = timeout_ms;
+    GANG_CHECK_GOTO(gang_store_connect(store_addr, &so, &w->store), st, fail);
+    GANG_CHECK_GOTO(gang__pg_listen_addr(store_addr, OPT(opts, host, NULL),
+                                         host, sizeof host),
+                    st, fail);
+  }
+  GANG_CHECK_GOTO(agree_algo(w, rank), st, fail);
+  gang__fabric_config cfg = {rank, size, w->store, host,
+                             gang__deadline_in_ms(timeout_ms)};
+  GANG_CHECK_GOTO(gang__fabric_create(&cfg, &w->fabric), st, fail);
+  if (size > 1) {
+    w->hosts = malloc(sizeof *w->hosts * (size_t)size);
+    if (w->hosts == NULL) {
+      st = gang__error(GANG_NO_MEMORY, "gang: out of memory");
+      goto fail;
+    }
+    GANG_CHECK_GOTO(gang__shm_create(w->store, rank, size, w->fabric,
+                                     cfg.deadline, w->hosts, &w->shm,
+                                     &w->shm_everywhere),
+                    st, fail);
+    int local = 0;
+    for (int i = 0; i < size; i++)
+      local += w->hosts[i] == w->hosts[rank];
+    if (local > gang__cpus_available())
+      gang__fabric_set_oversubscribed(w->fabric);
+  }
+  /* After setup the store only serves timeout diagnoses, which must not
+   * wait longer than their own budget (at most 1 s) on a lost store. */
+  if (w->store != NULL)
+    gang_store_set_timeout(w->store, 2000);
+  int *map = malloc(sizeof *map * (size_t)size);
+  if (map == NULL) {
+    st = gang__error(GANG_NO_MEMORY, "gang: out of memory");
+    goto fail;
+  }
+  for (int i = 0; i < size; i++)
+    map[i] = i;
+  st = gang__pg_new(w, map, size, rank, 1, dev, timeout_ms, out);
+  free(map);
+  if (st != GANG_OK)
+    goto fail;
+  if (OPT(opts, check, 0) != 0)
+    (*out)->check = OPT(opts, check, 0) > 0;
+  gang__log_set_rank(rank);
+  GANG_INFO(INIT, "gang rank %d/%d ready (store %s, listening on %s)", rank,
+            size, size > 1 ? store_addr : "none", host);
+  gang__pg_world_release(w); /* the gang holds its own reference now */
+  return GANG_OK;
+fail:
+  gang__pg_world_release(w);
+  return st;
+}
+
+gang_status gang_create_with_store(const gang_options *opts,
+                                   const char *store_addr, int rank, int size,
+                                   gang_t **out) {
+  const char *fn = "gang_create_with_store";
+  GANG_ARG_CHECK(out != NULL, fn, "out is NULL");
+  GANG_ARG_CHECK(store_addr != NULL && *store_addr, fn, "store_addr is empty");
+  GANG_ARG_CHECK(size >= 1, fn, "size must be at least 1, but is %d", size);
+  GANG_ARG_CHECK(rank >= 0 && rank < size, fn,
+                 "rank must be in [0, %d), but is %d", size, rank);
+  return create(opts, store_addr, rank, size, NULL, out);
+}
+
+/* Without a launcher that hosts the store (gangrun sets GANG_STORE_ADDR),
+ * rank 0 hosts it at master_addr:master_port, as torch's rank 0 does. */
+static gang_status host_store(const gang_world_info *info,
+                              gang_store_server **out) {
+  gang_store_server_options so = GANG_STORE_SERVER_OPTIONS_INIT;
+  so.host = info->master_addr[0] ? info->master_addr : "127.0.0.1";
+  so.port = info->master_port;
+  gang_status st = gang_store_server_start(&so, out);
+  if (st != GANG_OK)
+    return gang__error_wrap(st,
+                            "rank 0 hosting the store at %s:%d (run under "
+                            "gangrun, or set GANG_STORE_ADDR to a running "
+                            "gang-store)",
+                            so.host, so.port);
+  return GANG_OK;
+}
+
+gang_status gang_create_default(const gang_options *opts, gang_t **out) {
+  const char *fn = "gang_create_default";
+  GANG_ARG_CHECK(out != NULL, fn, "out is NULL");
+  gang_world_info info = GANG_WORLD_INFO_INIT;
+  GANG_CHECK(gang_world_info_from_env(&info));
+  const char *given = OPT(opts, store_addr, NULL);
+  const char *base = given ? given : info.store_addr;
+  if (info.world_size > 1 && base[0] == '\0')
+    return gang__error(GANG_INVALID_ARGUMENT,
+                       "%s: world of %d ranks (from %s) but no rendezvous "
+                       "address: set MASTER_ADDR and MASTER_PORT or "
+                       "GANG_STORE_ADDR",
+                       fn, info.world_size,
+                       gang_world_source_name(info.source));
+  gang_store_server *server = NULL;
+  if (info.world_size > 1 && info.rank == 0 &&
+      getenv("GANG_STORE_ADDR") == NULL && given == NULL &&
+      strncmp(base, "file://", 7) != 0) {
+    if (info.master_port == 0)
+      return gang__error(GANG_INVALID_ARGUMENT,
+                         "%s: rank 0 must host the store but MASTER_PORT is "
+                         "not set",
+                         fn);
+    GANG_CHECK(host_store(&info, &server));
+  }
+  /* Each run and each restart of it gets its own namespace, so keys of an
+   * earlier attempt cannot satisfy this one's waits. */
+  char addr[GANG_WORLD_URL_MAX + 200];
+  snprintf(addr, sizeof addr, "%s/gang/%s/%d", base,
+           info.run_id[0] ? info.run_id : "run", info.restart_count);
+  return create(opts, addr, info.rank, info.world_size, server, out);
+}

@@ -1,0 +1,459 @@
+/* Connecting a world's fabric and tearing it down (fabric_internal.h):
+ * every rank publishes a listening address in the store, connects to every
+ * lower rank and accepts every higher one; each side checks the other's
+ * hello (magic, version, a world token from the store, rank, size) and
+ * tunes the connection (congestion control, pacing, socket buffers). */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <openssl/rand.h>
+
+#include "core/bytes.h"
+#include "core/clock.h"
+#include "core/config.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/sock.h"
+#include "fabric_internal.h"
+
+typedef struct hello {
+  uint64_t magic;
+  uint32_t version;
+  uint32_t rank;
+  uint32_t size;
+  uint32_t reserved;
+  uint8_t token[16];
+} hello;
+
+static void hello_encode(const hello *h, uint8_t *b) {
+  gang__put_u64(b, h->magic);
+  gang__put_u32(b + 8, h->version);
+  gang__put_u32(b + 12, h->rank);
+  gang__put_u32(b + 16, h->size);
+  gang__put_u32(b + 20, 0);
+  memcpy(b + 24, h->token, 16);
+}
+
+static void hello_decode(const uint8_t *b, hello *h) {
+  h->magic = gang__get_u64(b);
+  h->version = gang__get_u32(b + 8);
+  h->rank = gang__get_u32(b + 12);
+  h->size = gang__get_u32(b + 16);
+  memcpy(h->token, b + 24, 16);
+}
+
+/* Checks a peer's hello; `want_rank` < 0 accepts any rank not yet seen. */
+static gang_status hello_check(const gang__fabric *f, const hello *h,
+                               const uint8_t *token, int want_rank,
+                               const char *who) {
+  if (h->magic != HELLO_MAGIC)
+    return gang__error(GANG_PROTOCOL, "%s is not a gang peer (bad magic)", who);
+  if (h->version != HELLO_VERSION)
+    return gang__error(GANG_PROTOCOL,
+                       "%s speaks fabric protocol version %u, this rank %u",
+                       who, h->version, HELLO_VERSION);
+  if (memcmp(h->token, token, 16) != 0)
+    return gang__error(GANG_AUTH,
+                       "%s belongs to another world (token "
+                       "mismatch)",
+                       who);
+  if ((int)h->size != f->size)
+    return gang__error(GANG_MISMATCH, "%s has world size %u, this rank %d", who,
+                       h->size, f->size);
+  if ((int)h->rank >= f->size || (want_rank >= 0 && (int)h->rank != want_rank))
+    return gang__error(GANG_PROTOCOL, "%s claims rank %u, expected %d", who,
+                       h->rank, want_rank);
+  return GANG_OK;
+}
+
+/* GANG_SOCKET_BUFFER: fixed socket buffers instead of autotuning (the
+ * kernel caps them at net.core.{w,r}mem_max). Best effort. */
+static void set_sockbuf(const gang__fabric *f, int fd) {
+  if (f->sockbuf <= 0)
+    return;
+  if (setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &f->sockbuf, sizeof f->sockbuf) ||
+      setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &f->sockbuf, sizeof f->sockbuf))
+    GANG_WARN(TCP, "GANG_SOCKET_BUFFER=%d: %s", f->sockbuf, strerror(errno));
+}
+
+/* Whether the connection on fd stays on this host: the peer's address is
+ * a loopback one, or this socket's own (a host connecting to one of its
+ * own addresses goes through the loopback device). */
+static bool on_this_host(int fd) {
+  struct sockaddr_storage me, them;
+  socklen_t ml = sizeof me, tl = sizeof them;
+  if (getsockname(fd, (struct sockaddr *)&me, &ml) != 0 ||
+      getpeername(fd, (struct sockaddr *)&them, &tl) != 0 ||
+      me.ss_family != them.ss_family)
+    return false;
+  if (them.ss_family == AF_INET) {
+    const struct sockaddr_in *a = (const void *)&me, *b = (const void *)&them;
+    return (ntohl(b->sin_addr.s_addr) >> 24) == 127 ||
+           a->sin_addr.s_addr == b->sin_addr.s_addr;
+  }
+  if (them.ss_family == AF_INET6) {
+    const struct sockaddr_in6 *a = (const void *)&me, *b = (const void *)&them;
+    const struct in6_addr *x = &b->sin6_addr;
+    return IN6_IS_ADDR_LOOPBACK(x) ||
+           (IN6_IS_ADDR_V4MAPPED(x) && x->s6_addr[12] == 127) ||
+           memcmp(&a->sin6_addr, x, sizeof *x) == 0;
+  }
+  return false;
+}
+
+/* Pieces of paced exchanges when GANG_TCP_PIECE is unset: under a bbr
+ * (any version: they all pace by a bandwidth estimate) 128 KiB measured
+ * fastest, under reno 512 KiB, over loopback and over veth
+ * (docs/fabric.md). The two ends of a connection may differ: pacing still
+ * cannot deadlock (see send_limit). */
+#define PIECE_BBR ((size_t)128 << 10)
+#define PIECE_OTHER ((size_t)512 << 10)
+
+/* Applies GANG_TCP_CONGESTION to a new peer connection, then chooses the
+ * pacing of its exchanges: GANG_TCP_PIECE if set, else by the congestion
+ * control it ended up with. Only a name the user asked for can fail: it
+ * was tried at creation (cc_setting). */
+static gang_status tune_connection(const gang__fabric *f, conn *c, int fd) {
+  if (!f->cc_keep && (f->cc_all || on_this_host(fd)) &&
+      setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, f->cc,
+                 (socklen_t)strlen(f->cc)) != 0) {
+    if (f->cc_all)
+      return gang__error_errno(
+          GANG_INVALID_ARGUMENT, errno,
+          "GANG_TCP_CONGESTION='%s' on the connection to %s", f->cc, c->name);
+    GANG_INFO(TCP, "congestion control %s for %s: %s; the system's stays",
+              f->cc, c->name, strerror(errno));
+  }
+  char now[16] = "";
+  socklen_t len = sizeof now - 1;
+  if (getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, now, &len) != 0)
+    snprintf(now, sizeof now, "?");
+  c->piece = f->piece;
+  if (!f->piece_set)
+    c->piece = strncmp(now, "bbr", 3) == 0 ? PIECE_BBR : PIECE_OTHER;
+  GANG_INFO(TCP, "connection to %s: congestion control %s, %s, pieces of %zu",
+            c->name, now, on_this_host(fd) ? "this host" : "another host",
+            c->piece);
+  return GANG_OK;
+}
+
+/* Reads GANG_TCP_CONGESTION and, for a name, tries it on a throwaway
+ * socket, so a typo or a forbidden one fails before any connection. */
+static gang_status cc_setting(gang__fabric *f) {
+  const char *v = gang__setting_str(GANG_SETTING_TCP_CONGESTION);
+  f->cc_all = f->cc_keep = false;
+  snprintf(f->cc, sizeof f->cc, "reno");
+  if (*v == '\0' || strcasecmp(v, "auto") == 0)
+    return GANG_OK;
+  if (strcasecmp(v, "system") == 0) {
+    f->cc_keep = true;
+    return GANG_OK;
+  }
+  if (strlen(v) >= sizeof f->cc)
+    return gang__error(GANG_INVALID_ARGUMENT,
+                       "GANG_TCP_CONGESTION='%s': longer than any congestion "
+                       "control's name (%zu)",
+                       v, sizeof f->cc - 1);
+  snprintf(f->cc, sizeof f->cc, "%s", v);
+  f->cc_all = true;
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0 && errno == EAFNOSUPPORT) /* an IPv6-only host */
+    fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return gang__error_errno(GANG_SYSTEM, errno, "fabric: socket");
+  int rc = setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, f->cc,
+                      (socklen_t)strlen(f->cc));
+  int e = errno;
+  close(fd);
+  if (rc == 0)
+    return GANG_OK;
+  return gang__error(GANG_INVALID_ARGUMENT, "GANG_TCP_CONGESTION='%s': %s (%s)",
+                     v,
+                     e == ENOENT  ? "the kernel has no such congestion control"
+                     : e == EPERM ? "not allowed for this user (see "
+                                    "net.ipv4.tcp_allowed_congestion_control)"
+                                  : "refused",
+                     strerror(e));
+}
+
+static gang_status split_hostport(const char *s, char *host, size_t cap,
+                                  int *port) {
+  const char *colon = strrchr(s, ':');
+  if (colon == NULL || (size_t)(colon - s) >= cap)
+    return gang__error(GANG_PROTOCOL, "bad peer address '%s' in the store", s);
+  const char *h = s;
+  size_t hl = (size_t)(colon - s);
+  if (hl >= 2 && h[0] == '[' && h[hl - 1] == ']') {
+    h++;
+    hl -= 2;
+  }
+  memcpy(host, h, hl);
+  host[hl] = '\0';
+  *port = atoi(colon + 1);
+  if (*port <= 0 || *port > 65535)
+    return gang__error(GANG_PROTOCOL, "bad peer address '%s' in the store", s);
+  return GANG_OK;
+}
+
+static gang_status connect_lower(gang__fabric *f,
+                                 const gang__fabric_config *cfg,
+                                 const uint8_t *token, int peer) {
+  char key[64];
+  snprintf(key, sizeof key, "fabric/addr/%d", peer);
+  void *val = NULL;
+  size_t vlen = 0;
+  GANG_CHECK(gang_store_get(cfg->store, key, &val, &vlen));
+  char host[256];
+  int port = 0;
+  gang_status st = split_hostport((char *)val, host, sizeof host, &port);
+  gang_store_free(val);
+  GANG_CHECK(st);
+  conn *c = &f->conns[peer];
+  snprintf(c->name, sizeof c->name, "rank %d (%s:%d)", peer, host, port);
+  /* The peer listens before it publishes: a refusal means a stale or wrong
+   * address, so retry only briefly within the deadline. */
+  int fd = -1, err = 0;
+  for (int attempt = 0;; attempt++) {
+    st = gang__sock_connect(host, port, cfg->deadline, &fd, &err);
+    if (st == GANG_OK || gang__deadline_passed(cfg->deadline) || attempt > 50)
+      break;
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  if (st != GANG_OK)
+    return gang__error_wrap(st, "connecting to %s", c->name);
+  hello me = {
+      HELLO_MAGIC, HELLO_VERSION, (uint32_t)f->rank, (uint32_t)f->size, 0, {0}};
+  memcpy(me.token, token, 16);
+  uint8_t b[HELLO_LEN];
+  hello_encode(&me, b);
+  st = gang__sock_write_full(fd, b, HELLO_LEN, cfg->deadline, -1, c->name);
+  if (st == GANG_OK)
+    st = gang__sock_read_full(fd, b, HELLO_LEN, cfg->deadline, -1, c->name);
+  if (st == GANG_OK) {
+    hello them;
+    hello_decode(b, &them);
+    st = hello_check(f, &them, token, peer, c->name);
+  }
+  if (st == GANG_OK)
+    st = tune_connection(f, c, fd);
+  if (st != GANG_OK) {
+    close(fd);
+    return st;
+  }
+  set_sockbuf(f, fd);
+  c->fd = fd;
+  return GANG_OK;
+}
+
+static gang_status accept_higher(gang__fabric *f,
+                                 const gang__fabric_config *cfg,
+                                 const uint8_t *token, int lfd, int count) {
+  int got = 0;
+  while (got < count) {
+    struct pollfd pfd = {lfd, POLLIN, 0};
+    int ms = gang__deadline_poll_ms(cfg->deadline);
+    if (ms == 0)
+      return gang__error(GANG_TIMEOUT,
+                         "fabric setup: rank %d got %d of %d connections from "
+                         "higher ranks before the deadline",
+                         f->rank, got, count);
+    if (poll(&pfd, 1, ms < 0 || ms > 1000 ? 1000 : ms) <= 0)
+      continue;
+    int fd = -1, err = 0;
+    if (gang__sock_accept(lfd, &fd, &err) != GANG_OK)
+      continue;
+    uint8_t b[HELLO_LEN];
+    char who[64];
+    snprintf(who, sizeof who, "an incoming connection to rank %d", f->rank);
+    /* A stranger gets a short time to say hello, so it cannot stall setup. */
+    int64_t hd = gang__deadline_in_ms(5000);
+    if (hd > cfg->deadline)
+      hd = cfg->deadline;
+    gang_status st = gang__sock_read_full(fd, b, HELLO_LEN, hd, -1, who);
+    hello them;
+    if (st == GANG_OK) {
+      hello_decode(b, &them);
+      st = hello_check(f, &them, token, -1, who);
+    }
+    if (st == GANG_OK &&
+        ((int)them.rank <= f->rank || f->conns[them.rank].fd >= 0))
+      st = gang__error(GANG_PROTOCOL, "%s claims rank %u twice or out of order",
+                       who, them.rank);
+    if (st != GANG_OK) {
+      /* Refuse it and keep waiting for the real peers. */
+      GANG_WARN(TCP, "refused a fabric connection: %s", gang_last_error());
+      close(fd);
+      continue;
+    }
+    hello me = {
+        HELLO_MAGIC, HELLO_VERSION, (uint32_t)f->rank, (uint32_t)f->size, 0,
+        {0}};
+    memcpy(me.token, token, 16);
+    hello_encode(&me, b);
+    conn *c = &f->conns[them.rank];
+    snprintf(c->name, sizeof c->name, "rank %u", them.rank);
+    st = gang__sock_write_full(fd, b, HELLO_LEN, cfg->deadline, -1, c->name);
+    if (st == GANG_OK)
+      st = tune_connection(f, c, fd);
+    if (st != GANG_OK) {
+      close(fd);
+      return st;
+    }
+    set_sockbuf(f, fd);
+    c->fd = fd;
+    got++;
+  }
+  return GANG_OK;
+}
+
+static gang_status world_token(gang__fabric *f, gang_store *st,
+                               uint8_t *token) {
+  if (f->rank == 0) {
+    if (RAND_bytes(token, 16) != 1)
+      return gang__error(GANG_SYSTEM, "fabric: no random bytes for the token");
+    GANG_CHECK(gang_store_set(st, "fabric/token", token, 16));
+    return GANG_OK;
+  }
+  void *v = NULL;
+  size_t n = 0;
+  GANG_CHECK(gang_store_get(st, "fabric/token", &v, &n));
+  if (n != 16) {
+    gang_store_free(v);
+    return gang__error(GANG_PROTOCOL,
+                       "fabric/token in the store has %zu "
+                       "bytes, expected 16",
+                       n);
+  }
+  memcpy(token, v, 16);
+  gang_store_free(v);
+  return GANG_OK;
+}
+
+gang_status gang__fabric_create(const gang__fabric_config *cfg,
+                                gang__fabric **out) {
+  gang__fabric *f = calloc(1, sizeof *f);
+  if (f == NULL)
+    return gang__error(GANG_NO_MEMORY, "fabric: out of memory");
+  f->rank = cfg->rank;
+  f->size = cfg->size;
+  f->wakefd = -1;
+  pthread_mutex_init(&f->mu, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&f->cv, &ca);
+  pthread_condattr_destroy(&ca);
+  f->conns = calloc((size_t)cfg->size, sizeof *f->conns);
+  int lfd = -1;
+  gang_status st = GANG_OK;
+  if (f->conns == NULL) {
+    st = gang__error(GANG_NO_MEMORY, "fabric: out of memory");
+    goto fail;
+  }
+  for (int p = 0; p < cfg->size; p++) {
+    f->conns[p].fd = -1;
+    f->conns[p].peer = p;
+    TAILQ_INIT(&f->conns[p].sq);
+    TAILQ_INIT(&f->conns[p].posted);
+    TAILQ_INIT(&f->conns[p].uq);
+    SLIST_INIT(&f->conns[p].spares);
+    if (p != cfg->rank && (f->conns[p].stage = malloc(STAGE_CAP)) == NULL) {
+      st = gang__error(GANG_NO_MEMORY, "fabric: out of memory");
+      goto fail;
+    }
+  }
+  int64_t spin_us = 0, sockbuf = 0, piece = 0;
+  GANG_CHECK_GOTO(gang__setting_int(GANG_SETTING_TCP_SPIN_US, &spin_us), st,
+                  fail);
+  GANG_CHECK_GOTO(gang__setting_int(GANG_SETTING_TCP_PIECE, &piece), st, fail);
+  if (piece < 0 || piece > (int64_t)1 << 40) {
+    st = gang__error(GANG_INVALID_ARGUMENT,
+                     "GANG_TCP_PIECE must be in [0, 2^40] bytes, not %lld",
+                     (long long)piece);
+    goto fail;
+  }
+  f->piece = (size_t)piece;
+  f->piece_set = gang__setting_is_set(GANG_SETTING_TCP_PIECE);
+  GANG_CHECK_GOTO(gang__setting_int(GANG_SETTING_SOCKET_BUFFER, &sockbuf), st,
+                  fail);
+  if (spin_us < 0 || spin_us > 1000000 || sockbuf < 0 || sockbuf > INT32_MAX) {
+    st = gang__error(GANG_INVALID_ARGUMENT,
+                     "GANG_TCP_SPIN_US must be in [0, 1000000] and "
+                     "GANG_SOCKET_BUFFER in [0, 2G)");
+    goto fail;
+  }
+  f->spin_ns = spin_us * 1000;
+  f->sockbuf = (int)sockbuf;
+  GANG_CHECK_GOTO(cc_setting(f), st, fail);
+  f->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (f->wakefd < 0) {
+    st = gang__error_errno(GANG_SYSTEM, errno, "fabric: eventfd");
+    goto fail;
+  }
+  if (cfg->size == 1) { /* nobody to meet */
+    *out = f;
+    return GANG_OK;
+  }
+  uint8_t token[16];
+  GANG_CHECK_GOTO(world_token(f, cfg->store, token), st, fail);
+  int port = 0;
+  GANG_CHECK_GOTO(gang__sock_listen(cfg->host, 0, 0, &lfd, &port), st, fail);
+  char key[64], addr[300];
+  snprintf(key, sizeof key, "fabric/addr/%d", cfg->rank);
+  gang__sock_peer_name(cfg->host, port, addr, sizeof addr);
+  GANG_CHECK_GOTO(gang_store_set(cfg->store, key, addr, strlen(addr)), st,
+                  fail);
+  for (int p = 0; p < cfg->rank; p++)
+    GANG_CHECK_GOTO(connect_lower(f, cfg, token, p), st, fail);
+  GANG_CHECK_GOTO(accept_higher(f, cfg, token, lfd, cfg->size - 1 - cfg->rank),
+                  st, fail);
+  close(lfd);
+  GANG_INFO(TCP, "fabric rank %d/%d connected", cfg->rank, cfg->size);
+  *out = f;
+  return GANG_OK;
+fail:
+  if (lfd >= 0)
+    close(lfd);
+  gang__fabric_destroy(f);
+  return st;
+}
+
+void gang__fabric_destroy(gang__fabric *f) {
+  if (f == NULL)
+    return;
+  for (int p = 0; f->conns && p < f->size; p++) {
+    conn *c = &f->conns[p];
+    if (c->fd >= 0) {
+      if (!c->dead && f->failed == GANG_OK &&
+          (TAILQ_EMPTY(&c->sq) || TAILQ_FIRST(&c->sq)->off == 0)) {
+        /* Say goodbye so the peer does not take our end-of-stream for a
+         * crash; 32 bytes fit in any socket buffer that is not full, and a
+         * full one means the peer is stuck anyway. */
+        uint8_t h[HDR];
+        fabric_encode_header(h, FRAME_BYE, 0, 0, 0, 0);
+        (void)!send(c->fd, h, HDR, MSG_NOSIGNAL | MSG_DONTWAIT);
+      }
+      shutdown(c->fd, SHUT_WR);
+      close(c->fd);
+    }
+    fabric_conn_free(c);
+  }
+  free(f->conns);
+  if (f->wakefd >= 0)
+    close(f->wakefd);
+  pthread_cond_destroy(&f->cv);
+  pthread_mutex_destroy(&f->mu);
+  free(f);
+}

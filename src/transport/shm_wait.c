@@ -1,0 +1,424 @@
+/* Waits and wake-ups of the shared-memory transport, the arena's failure
+ * and single copy between ranks (shm_internal.h; docs/shm.md, "Waiting"). */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/clock.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "shm_internal.h"
+
+/* ---- Futex --------------------------------------------------------------- */
+
+static void futex_wake_all(_Atomic uint32_t *w) {
+  syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+static void futex_wait(_Atomic uint32_t *w, uint32_t v, int64_t ns) {
+  struct timespec ts = {(time_t)(ns / 1000000000), (long)(ns % 1000000000)};
+  syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT, v, &ts, NULL, 0);
+}
+
+void gang__shm_ring(gang__shm_wake *w) {
+  atomic_fetch_add_explicit(&w->bell, 1, memory_order_seq_cst);
+  futex_wake_all(&w->bell);
+}
+
+/* ---- Failure ------------------------------------------------------------- */
+
+gang_status gang__shm_failed(const gang__shm *s) {
+  return (gang_status)atomic_load_explicit(&s->h->failed, memory_order_acquire);
+}
+
+void gang__shm_fail(gang__shm *s, gang_status st, const char *reason) {
+  if (s == NULL || st == GANG_OK)
+    return;
+  int32_t zero = 0;
+  if (atomic_compare_exchange_strong(&s->h->fail_claim, &zero, 1)) {
+    snprintf(s->h->fail_text, sizeof s->h->fail_text, "%s", reason);
+    atomic_store_explicit(&s->h->failed, (int32_t)st, memory_order_seq_cst);
+  }
+  /* Wake everyone asleep in any channel of the arena. */
+  for (int i = 0; i < NCHAN; i++) {
+    if (atomic_load(&s->h->dir[i].key) <= KEY_CLAIMING)
+      continue;
+    unsigned char *b = gang__shm_chan_base(s, i);
+    for (int m = 0; m < s->n; m++) {
+      gang__shm_wake *w = &((gang__shm_ctl *)(b + (size_t)m * CTL_SIZE))->wake;
+      if (atomic_load(&w->sleepers) != 0)
+        gang__shm_ring(w);
+    }
+  }
+}
+
+/* ---- Waiting ------------------------------------------------------------- */
+
+/* The last step a member published. */
+static uint64_t last_step(gang__shm_ctl *ctl) {
+  uint64_t last = 0;
+  for (int i = 0; i < GANG_SHM_LINES; i++) {
+    uint64_t v = atomic_load(&ctl->line[i].seq);
+    last = v > last ? v : last;
+  }
+  return last;
+}
+
+static gang_status wait_error(gang__shm_chan *c, gang_status st, int member,
+                              uint64_t seq, const char *why) {
+  return gang__error(st,
+                     "%s #%" PRIu64 " (gang rank %d/%d, shared memory): %s, "
+                     "still waiting for: gang rank %d (pid %d) to reach step "
+                     "%" PRIu64 " (it is at %" PRIu64 ")",
+                     c->op ? c->op : "collective", c->opseq, c->rank, c->size,
+                     why, member, (int)c->pid[member], seq,
+                     last_step(c->ctl[member]));
+}
+
+static void describe_sig(const gang__shm_chan *c, uint64_t sig, char *buf,
+                         size_t cap) {
+  int kind = (int)(sig >> 59);
+  snprintf(buf, cap, "%s of %" PRIu64 " bytes (dtype %u, op %u, root %u)",
+           c->kind_name ? c->kind_name(kind) : "collective",
+           (uint64_t)(sig & ((1ull << 40) - 1)), (unsigned)(sig >> 54) & 31,
+           (unsigned)(sig >> 51) & 7, (unsigned)(sig >> 40) & 2047);
+}
+
+gang_status gang__shm_mismatch(gang__shm_chan *c, int member, uint64_t seq) {
+  char mine[128], theirs[128];
+  describe_sig(c, c->sig, mine, sizeof mine);
+  describe_sig(c, c->ctl[member]->line[GANG_SHM_LINE(seq)].sig, theirs,
+               sizeof theirs);
+  return gang__error(GANG_MISMATCH,
+                     "%s #%" PRIu64 " (gang rank %d/%d, shared memory): ranks "
+                     "disagree on the collective: this rank calls %s, gang "
+                     "rank %d calls %s",
+                     c->op ? c->op : "collective", c->opseq, c->rank, c->size,
+                     mine, member, theirs);
+}
+
+/* The arena failed (a local rank's fabric did): fail ours the same way. */
+static gang_status arena_failure(gang__shm_chan *c, int member, uint64_t seq) {
+  gang__shm *s = c->arena;
+  gang_status st = gang__shm_failed(s);
+  char text[600];
+  snprintf(text, sizeof text, "%s", s->h->fail_text);
+  if (gang__fabric_status(c->fabric, NULL, 0) == GANG_OK)
+    gang__fabric_fail(c->fabric, st, text);
+  return wait_error(c, st, member, seq, text);
+}
+
+/* ---- Where the ranks run -------------------------------------------------
+ *
+ * A wait that spins holds its CPU. That is right while the member it waits
+ * for runs on another CPU, and wrong when the member is runnable on ours:
+ * then the spin only delays it. The scheduler does put two ranks that wake
+ * each other on one CPU when other processes keep the second CPU busy
+ * (four shell loops of `sleep 0.001` on 2 cores did it in four runs of
+ * six), and it left them there: every step then cost a whole spin window,
+ * 8-byte all_reduces 1.2 ms instead of 0.2-0.5 us (docs/shm.md, "Waiting").
+ * So a wait that lasts asks the kernel where the member is
+ * (/proc/<pid>/task/<tid>/stat: its state and the CPU it last ran on),
+ * at once when the member's own note names our CPU, else after a while and
+ * then now and then; when the member is runnable on our CPU, the wait moves
+ * to a CPU no member uses, or, when there is none, yields. */
+
+/* The calling thread's id, cached; a forked child starts without it. */
+static _Thread_local pid_t self_tid;
+static pthread_once_t tid_once = PTHREAD_ONCE_INIT;
+static void forget_tid(void) { self_tid = 0; }
+static void register_forget_tid(void) {
+  pthread_atfork(NULL, NULL, forget_tid);
+}
+
+static pid_t this_tid(void) {
+  if (self_tid == 0) {
+    pthread_once(&tid_once, register_forget_tid);
+    self_tid = (pid_t)syscall(SYS_gettid);
+  }
+  return self_tid;
+}
+
+int gang__shm_note_cpu(gang__shm_chan *c) {
+  int cpu = sched_getcpu(); /* a load from glibc's rseq area */
+  gang__shm_wake *w = &c->ctl[c->rank]->wake;
+  if (cpu >= 0 && atomic_load_explicit(&w->cpu, memory_order_relaxed) != cpu + 1)
+    atomic_store_explicit(&w->cpu, cpu + 1, memory_order_relaxed);
+  pid_t tid = this_tid();
+  if (atomic_load_explicit(&w->tid, memory_order_relaxed) != tid)
+    atomic_store_explicit(&w->tid, tid, memory_order_relaxed);
+  return cpu;
+}
+
+/* Whether the kernel says the thread of `member` that last noted itself is
+ * runnable (running or waiting for a CPU) and last ran on CPU `cpu`. As we
+ * run on `cpu`, such a member is waiting for it. */
+static bool runnable_on(const gang__shm_chan *c, int member, int cpu) {
+  pid_t tid = atomic_load_explicit(&c->ctl[member]->wake.tid,
+                                   memory_order_relaxed);
+  if (tid <= 0 || cpu < 0)
+    return false;
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%d/task/%d/stat", (int)c->pid[member],
+           (int)tid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return false;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0)
+    return false;
+  buf[n] = '\0';
+  /* "pid (comm) S ...": the name may hold anything, so fields count from
+   * the last ')'; the CPU is field 39, the 37th after the state. */
+  char *p = strrchr(buf, ')');
+  if (p == NULL || p[1] != ' ')
+    return false;
+  p += 2;
+  if (*p != 'R')
+    return false;
+  for (int k = 0; k < 36; k++) {
+    p = strchr(p, ' ');
+    if (p == NULL)
+      return false;
+    p++;
+  }
+  return atoi(p) == cpu;
+}
+
+/* Most often a wait moves itself off a CPU it shares (move_off). */
+#define SHM_MOVE_EVERY_NS 1000000
+
+/* Moves this thread off CPU `cpu`, where a member it waits for is
+ * runnable, to a CPU it may run on that no member of the channel last
+ * noted, if there is one: its affinity is narrowed to that CPU, which makes
+ * the kernel move it there at once, then set back as it was, which leaves
+ * it there. Returns the CPU it runs on afterwards (`cpu` when it stayed). */
+static int move_off(gang__shm_chan *c, int member, int cpu) {
+  int64_t now = gang__now_ns();
+  if (now < c->next_move)
+    return cpu;
+  c->next_move = now + SHM_MOVE_EVERY_NS;
+  cpu_set_t mine, used, to;
+  if (sched_getaffinity(0, sizeof mine, &mine) != 0)
+    return cpu;
+  CPU_ZERO(&used);
+  for (int m = 0; m < c->size; m++) {
+    int x = atomic_load_explicit(&c->ctl[m]->wake.cpu, memory_order_relaxed);
+    if (x > 0 && x <= CPU_SETSIZE)
+      CPU_SET(x - 1, &used);
+  }
+  CPU_SET(cpu, &used);
+  int target = -1;
+  for (int k = 1; k < CPU_SETSIZE && target < 0; k++) {
+    int x = (cpu + k) % CPU_SETSIZE;
+    if (CPU_ISSET(x, &mine) && !CPU_ISSET(x, &used))
+      target = x;
+  }
+  if (target < 0)
+    return cpu;
+  CPU_ZERO(&to);
+  CPU_SET(target, &to);
+  if (sched_setaffinity(0, sizeof to, &to) != 0)
+    return cpu;
+  sched_setaffinity(0, sizeof mine, &mine);
+  int now_on = gang__shm_note_cpu(c);
+  GANG_TRACE(SHM, "%s #%" PRIu64 ": moved off CPU %d, shared with gang rank "
+             "%d, to %d",
+             c->op ? c->op : "collective", c->opseq, cpu, member, now_on);
+  return now_on;
+}
+
+/* How long a wait spins before it sleeps, and how long one that yields
+ * does so before it sleeps (ns). */
+#define SHM_SPIN_NS 500000
+#define SHM_YIELD_NS 1000000
+/* Pauses between looks at the clock and at the member's note. */
+#define SHM_SPIN_BATCH 64
+/* When a spinning wait first asks where its member is, and then how often;
+ * when the member's note names our CPU, at once and then at most this
+ * often. A look costs about 6 us here. */
+#define SHM_LOOK_FIRST_NS 20000
+#define SHM_LOOK_EVERY_NS 100000
+#define SHM_LOOK_HINTED_NS 10000
+
+gang_status gang__shm_wait_slow(gang__shm_chan *c, int member, uint64_t seq) {
+  gang__shm_line *f = &c->ctl[member]->line[GANG_SHM_LINE(seq)];
+  gang__shm_wake *w = &c->ctl[member]->wake;
+  gang__shm *s = c->arena;
+  int cpu = gang__shm_note_cpu(c);
+  /* Spin first: a peer on another core answers within a microsecond or
+   * two, or within the time it takes to reduce a chunk; unless the member
+   * is runnable on our CPU (above).
+   *
+   * With more ranks than CPUs the peer most likely needs our CPU too: a
+   * few pauses (about 20 ns each), then yield. 64 pauses measured 10-23 %
+   * slower for small collectives with 8 and 16 ranks on 2 cores (paired
+   * rounds, docs/performance.md): the spin burnt the CPU the member being
+   * waited for had to run on. */
+  int64_t start = 0, look_at = 0, last_look = 0;
+  bool yield = c->oversubscribed;
+  for (int i = 0; !yield; i++) {
+    if (atomic_load_explicit(&f->seq, memory_order_acquire) >= seq)
+      return GANG_OK;
+    gang__shm_relax();
+    if (i % SHM_SPIN_BATCH != SHM_SPIN_BATCH - 1)
+      continue;
+    if (gang__shm_failed(s) != GANG_OK)
+      return arena_failure(c, member, seq);
+    int64_t now = gang__now_ns();
+    if (start == 0) {
+      start = now;
+      look_at = now + SHM_LOOK_FIRST_NS;
+      last_look = now - SHM_LOOK_HINTED_NS;
+    } else if (now - start > SHM_SPIN_NS) {
+      break;
+    }
+    bool hinted = gang__shm_shares_cpu(c, member, cpu) &&
+                  now - last_look >= SHM_LOOK_HINTED_NS;
+    if (!hinted && now < look_at)
+      continue;
+    last_look = now;
+    look_at = now + SHM_LOOK_EVERY_NS;
+    cpu = gang__shm_note_cpu(c);
+    if (!runnable_on(c, member, cpu))
+      continue;
+    int was = cpu;
+    cpu = move_off(c, member, cpu);
+    yield = cpu == was;
+  }
+  /* Hand the CPU to the member that needs it, for a while, before
+   * sleeping. A futex sleep costs a wake-up syscall on the publisher's
+   * side and a trip through the scheduler on ours at every step, and a
+   * woken rank may be placed on its waker's CPU; yielding ranks keep the
+   * CPUs rotating among the runnable ones. Measured with 8 and 16 ranks on
+   * 2 cores (bench/compare, 100-200 iterations): small all_reduce 110-160
+   * -> 40-150 us, 0.2-0.5x Open MPI's time where it had been 0.85-1.2x. */
+  c->waits_long++;
+  if (yield) {
+    for (int i = 0; c->oversubscribed && i < 4; i++) {
+      if (atomic_load_explicit(&f->seq, memory_order_acquire) >= seq)
+        return GANG_OK;
+      gang__shm_relax();
+    }
+    /* The clock is read at every look: one yield may hand the CPU to a
+     * rank that is busy for a whole time slice. */
+    int64_t until = gang__now_ns() + SHM_YIELD_NS;
+    for (;;) {
+      if (atomic_load_explicit(&f->seq, memory_order_acquire) >= seq)
+        return GANG_OK;
+      if (gang__shm_failed(s) != GANG_OK)
+        return arena_failure(c, member, seq);
+      if (gang__now_ns() > until)
+        break;
+      sched_yield();
+      gang__shm_note_cpu(c);
+    }
+  }
+  /* Then sleep until the member rings (it does whenever it publishes with
+   * sleepers counted). The slices only bound how late a dead peer is
+   * noticed: its TCP connection ends, which the fabric sees when poked,
+   * at most once a millisecond per channel (a poke is a syscall per peer,
+   * too dear to make at every wake-up of 16 ranks on 2 cores). */
+  if (c->deadline == 0)
+    c->deadline = gang__deadline_in_ms(c->timeout_ms);
+  int64_t slice = 1000000; /* ns; grows to 8 ms */
+  for (;;) {
+    if (atomic_load_explicit(&f->seq, memory_order_acquire) >= seq)
+      return GANG_OK;
+    if (gang__shm_failed(s) != GANG_OK)
+      return arena_failure(c, member, seq);
+    int64_t now = gang__now_ns();
+    if (now >= c->next_poke) {
+      c->next_poke = now + 1000000;
+      if (gang__fabric_poke(c->fabric) != GANG_OK) {
+        char d[600];
+        gang_status st = gang__fabric_status(c->fabric, d, sizeof d);
+        return wait_error(c, st, member, seq, d);
+      }
+    }
+    if (c->deadline != GANG_DEADLINE_NONE && now >= c->deadline)
+      return wait_error(c, GANG_TIMEOUT, member, seq, "deadline exceeded");
+    int64_t ns = slice;
+    if (c->deadline != GANG_DEADLINE_NONE && c->deadline - now < ns)
+      ns = c->deadline - now;
+    atomic_fetch_add_explicit(&w->sleepers, 1, memory_order_seq_cst);
+    uint32_t bell = atomic_load_explicit(&w->bell, memory_order_seq_cst);
+    if (atomic_load_explicit(&f->seq, memory_order_seq_cst) < seq &&
+        gang__shm_failed(s) == GANG_OK)
+      futex_wait(&w->bell, bell, ns);
+    atomic_fetch_sub_explicit(&w->sleepers, 1, memory_order_seq_cst);
+    /* Woken, perhaps onto the CPU of the member that rang: say where. */
+    gang__shm_note_cpu(c);
+    if (slice < 8000000)
+      slice *= 2;
+  }
+}
+
+/* ---- Single copy ----------------------------------------------------------
+ */
+
+/* Copies len bytes between this process's `local` and address `remote` of
+ * member's process, in the direction `write` says. */
+static gang_status copy_remote(gang__shm_chan *c, int member, void *local,
+                               uint64_t remote, size_t len, bool write) {
+  unsigned char *d = local;
+  while (len > 0) {
+    struct iovec l = {d, len}, r = {(void *)(uintptr_t)remote, len};
+    ssize_t got = write ? process_vm_writev(c->pid[member], &l, 1, &r, 1, 0)
+                        : process_vm_readv(c->pid[member], &l, 1, &r, 1, 0);
+    if (got <= 0) {
+      int err = got < 0 ? errno : EIO;
+      if (err == EINTR)
+        continue;
+      /* A peer that failed may have freed its buffer or exited: its
+       * failure, when known, says more than our errno. */
+      if (gang__shm_failed(c->arena) != GANG_OK)
+        return arena_failure(c, member, c->step);
+      if (gang__fabric_poke(c->fabric) != GANG_OK) {
+        char d[600];
+        gang_status st = gang__fabric_status(c->fabric, d, sizeof d);
+        return wait_error(c, st, member, c->step, d);
+      }
+      if (err == ESRCH)
+        return gang__error(GANG_PEER_LOST,
+                           "%s #%" PRIu64 " (gang rank %d/%d, shared memory): "
+                           "gang rank %d (pid %d) is gone",
+                           c->op ? c->op : "collective", c->opseq, c->rank,
+                           c->size, member, (int)c->pid[member]);
+      return gang__error_errno(
+          GANG_SYSTEM, err,
+          "%s #%" PRIu64 " (gang rank %d/%d): %s of %zu bytes %s gang rank %d "
+          "(pid %d)",
+          c->op ? c->op : "collective", c->opseq, c->rank, c->size,
+          write ? "process_vm_writev" : "process_vm_readv", len,
+          write ? "to" : "from", member, (int)c->pid[member]);
+    }
+    d += got;
+    remote += (uint64_t)got;
+    len -= (size_t)got;
+  }
+  return GANG_OK;
+}
+
+gang_status gang__shm_read_remote(gang__shm_chan *c, int member, void *dst,
+                                  uint64_t remote, size_t len) {
+  return copy_remote(c, member, dst, remote, len, false);
+}
+
+gang_status gang__shm_write_remote(gang__shm_chan *c, int member,
+                                   uint64_t remote, const void *src,
+                                   size_t len) {
+  return copy_remote(c, member, (void *)src, remote, len, true);
+}

@@ -1,0 +1,261 @@
+/* Every algorithm of the selection table (src/algo/select.c), forced with
+ * GANG_ALGO on gangs of 2 and 3 ranks on this host, over sizes that reach
+ * the algorithm's paths (one element, a small slot, several staging
+ * chunks), with results checked element by element and the algorithm
+ * that ran checked by name. The table's automatic choices are covered by
+ * test_pg_gang's matrix; this covers what the table would not choose on
+ * this machine (single copy between two ranks, the busy choice, TCP
+ * algorithms on a shared-memory gang).
+ *
+ * Values depend on the index modulo a large prime, so a block put in the
+ * wrong place shows. GANG_SHM_CMA=1 allows single copy with more ranks than
+ * CPUs. */
+#include <stdbool.h>
+#include <string.h>
+
+#include "harness/harness.h"
+
+#include "gang/gang.h"
+#include "pg.h"
+
+#define PRIME 1000003u
+
+static int g_round;
+
+typedef struct forced {
+  const char *setting; /* GANG_ALGO */
+  const char *coll;
+  const char *algo;  /* the name gang__pg_last_algo must report */
+  size_t counts[3];  /* elements (per rank for all_gather etc.) */
+  int only_size;     /* 0: every world size */
+} forced;
+
+/* Sizes: flagged lines hold 504 bytes, small slots 1 KiB; 2 staging
+ * chunks of 1 MiB need 2^19 floats. */
+static const forced cases[] = {
+    {"all_reduce=flagged", "all_reduce", "flagged", {1, 7, 126}, 0},
+    {"all_reduce=small", "all_reduce", "small", {1, 200, 256}, 0},
+    {"all_reduce=allread", "all_reduce", "allread", {3, 5000, 300001}, 0},
+    {"all_reduce=staged", "all_reduce", "staged", {3, 5000, 600001}, 0},
+    {"all_reduce=staged_or_single_copy", "all_reduce", "staged_or_single_copy",
+     {3, 5000, 600001}, 0},
+    {"all_reduce=single_copy", "all_reduce", "single_copy", {3, 5000, 600001},
+     0},
+    {"all_reduce=ring", "all_reduce", "ring", {3, 5000, 70001}, 0},
+    {"all_reduce=recursive_doubling", "all_reduce", "recursive_doubling",
+     {1, 5000, 70001}, 0},
+    {"broadcast=small", "broadcast", "small", {1, 100, 256}, 0},
+    {"broadcast=two_ends", "broadcast", "two_ends", {1, 5000, 600001}, 2},
+    {"broadcast=single_copy", "broadcast", "single_copy", {1, 5000, 600001},
+     0},
+    {"broadcast=staged", "broadcast", "staged", {1, 5000, 600001}, 0},
+    {"broadcast=binomial", "broadcast", "binomial", {1, 5000, 70001}, 0},
+    {"all_gather=small", "all_gather", "small", {1, 100, 256}, 0},
+    {"all_gather=staged", "all_gather", "staged", {1, 5000, 300001}, 0},
+    {"all_gather=single_copy", "all_gather", "single_copy", {1, 5000, 300001},
+     0},
+    {"all_gather=ring", "all_gather", "ring", {1, 5000, 70001}, 0},
+    {"reduce_scatter=staged", "reduce_scatter", "staged", {1, 5000, 300001},
+     0},
+    {"reduce_scatter=single_copy", "reduce_scatter", "single_copy",
+     {1, 5000, 300001}, 0},
+    {"reduce_scatter=ring", "reduce_scatter", "ring", {1, 5000, 70001}, 0},
+    {"all_to_all=staged", "all_to_all", "staged", {1, 5000, 300001}, 0},
+    {"all_to_all=single_copy", "all_to_all", "single_copy", {1, 5000, 300001},
+     0},
+    {"all_to_all=pairwise", "all_to_all", "pairwise", {1, 5000, 70001}, 0},
+    {"barrier=flagged", "barrier", "flagged", {0, 0, 0}, 0},
+    {"barrier=lines", "barrier", "lines", {0, 0, 0}, 0},
+    {"barrier=dissemination", "barrier", "dissemination", {0, 0, 0}, 0},
+};
+
+static const forced *g_case;
+
+/* Rank r's value at index i (exact in float). */
+static float val(int r, size_t i) {
+  return (float)((i * 7919u + (size_t)r * 104729u) % PRIME % 4096);
+}
+
+static void check_last(gang_t *g) {
+  const char *ran = gang__pg_last_algo(g);
+  if (ran == NULL || strcmp(ran, g_case->algo) != 0) {
+    fprintf(stderr, "%s: ran %s, not %s\n", g_case->setting,
+            ran ? ran : "(none)", g_case->algo);
+    fflush(stderr);
+    _exit(1);
+  }
+}
+
+static void run_all_reduce(gang_t *g, int rank, int size, size_t n) {
+  float *b = malloc((n + 1) * sizeof *b);
+  for (size_t i = 0; i < n; i++)
+    b[i] = val(rank, i);
+  RCHECK_OK(gang_all_reduce(g, b, n, GANG_FLOAT32, GANG_SUM));
+  check_last(g);
+  for (size_t i = 0; i < n; i++) {
+    float want = 0;
+    for (int q = 0; q < size; q++)
+      want += val(q, i);
+    RCHECK(b[i] == want);
+  }
+  free(b);
+}
+
+static void run_broadcast(gang_t *g, int rank, int size, size_t n) {
+  float *b = malloc((n + 1) * sizeof *b);
+  int root = size - 1;
+  for (size_t i = 0; i < n; i++)
+    b[i] = rank == root ? val(root, i) : -1.0f;
+  RCHECK_OK(gang_broadcast(g, b, n, GANG_FLOAT32, root));
+  check_last(g);
+  for (size_t i = 0; i < n; i++)
+    RCHECK(b[i] == val(root, i));
+  free(b);
+}
+
+static void run_all_gather(gang_t *g, int rank, int size, size_t n) {
+  float *in = malloc((n + 1) * sizeof *in);
+  float *out = malloc(((size_t)size * n + 1) * sizeof *out);
+  for (size_t i = 0; i < n; i++)
+    in[i] = val(rank, i);
+  RCHECK_OK(gang_all_gather(g, out, in, n, GANG_FLOAT32));
+  check_last(g);
+  for (int q = 0; q < size; q++)
+    for (size_t i = 0; i < n; i++)
+      RCHECK(out[(size_t)q * n + i] == val(q, i));
+  free(in);
+  free(out);
+}
+
+static void run_reduce_scatter(gang_t *g, int rank, int size, size_t n) {
+  size_t total = (size_t)size * n;
+  float *in = malloc((total + 1) * sizeof *in);
+  float *out = malloc((n + 1) * sizeof *out);
+  for (size_t i = 0; i < total; i++)
+    in[i] = val(rank, i);
+  RCHECK_OK(gang_reduce_scatter(g, out, in, n, GANG_FLOAT32, GANG_SUM));
+  check_last(g);
+  for (size_t i = 0; i < n; i++) {
+    float want = 0;
+    for (int q = 0; q < size; q++)
+      want += val(q, (size_t)rank * n + i);
+    RCHECK(out[i] == want);
+  }
+  free(in);
+  free(out);
+}
+
+static void run_all_to_all(gang_t *g, int rank, int size, size_t n) {
+  size_t total = (size_t)size * n;
+  float *in = malloc((total + 1) * sizeof *in);
+  float *out = malloc((total + 1) * sizeof *out);
+  for (size_t i = 0; i < total; i++)
+    in[i] = val(rank, i);
+  RCHECK_OK(gang_all_to_all(g, out, in, n, GANG_FLOAT32));
+  check_last(g);
+  /* Block q of out is block `rank` of q's input. */
+  for (int q = 0; q < size; q++)
+    for (size_t i = 0; i < n; i++)
+      RCHECK(out[(size_t)q * n + i] == val(q, (size_t)rank * n + i));
+  free(in);
+  free(out);
+}
+
+static int rank_main(int rank, int size, void *arg) {
+  (void)arg;
+  gang_t *g = gt_join("algos", g_round, rank, size, 60000, 0);
+  const char *coll = g_case->coll;
+  for (int k = 0; k < 3; k++) {
+    size_t n = g_case->counts[k];
+    if (strcmp(coll, "all_reduce") == 0)
+      run_all_reduce(g, rank, size, n);
+    else if (strcmp(coll, "broadcast") == 0)
+      run_broadcast(g, rank, size, n);
+    else if (strcmp(coll, "all_gather") == 0)
+      run_all_gather(g, rank, size, n);
+    else if (strcmp(coll, "reduce_scatter") == 0)
+      run_reduce_scatter(g, rank, size, n);
+    else if (strcmp(coll, "all_to_all") == 0)
+      run_all_to_all(g, rank, size, n);
+    else {
+      RCHECK_OK(gang_barrier(g));
+      check_last(g);
+    }
+  }
+  gang_destroy(g);
+  return 0;
+}
+
+static void test_every_algorithm(void **state) {
+  (void)state;
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    g_case = &cases[c];
+    setenv("GANG_ALGO", g_case->setting, 1);
+    for (int size = 2; size <= 3; size++) {
+      if (g_case->only_size != 0 && size != g_case->only_size)
+        continue;
+      print_message("%s, %d ranks\n", g_case->setting, size);
+      g_round++;
+      assert_int_equal(gt_run_ranks(size, rank_main, NULL, 60000), 0);
+    }
+  }
+  unsetenv("GANG_ALGO");
+}
+
+/* Ranks that disagree on GANG_ALGO fail at creation, naming both. */
+static int disagree_rank(int rank, int size, void *arg) {
+  (void)arg;
+  setenv("GANG_ALGO", rank == 0 ? "all_reduce=ring" : "", 1);
+  char addr[160];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d/algos-disagree%d", gt_store_port(),
+           g_round);
+  gang_options o = GANG_OPTIONS_INIT;
+  o.timeout_ms = 3000; /* rank 0 waits that long for the rank that left */
+  gang_t *g = NULL;
+  gang_status st = gang_create_with_store(&o, addr, rank, size, &g);
+  if (rank == 0) {
+    /* Rank 0 publishes; it may still fail when the other gives up. */
+    gang_destroy(g);
+    return 0;
+  }
+  RCHECK(st == GANG_INVALID_ARGUMENT && g == NULL);
+  RCHECK(strstr(gang_last_error(), "GANG_ALGO differs") != NULL);
+  RCHECK(strstr(gang_last_error(), "all_reduce=ring") != NULL);
+  return 0;
+}
+
+static void test_ranks_must_agree(void **state) {
+  (void)state;
+  g_round++;
+  assert_int_equal(gt_run_ranks(2, disagree_rank, NULL, 60000), 0);
+}
+
+/* A malformed GANG_ALGO is refused with the reason. */
+static void test_bad_setting(void **state) {
+  (void)state;
+  const char *bad[] = {"all_reduce", "all_reduce=bogus", "bogus=ring",
+                       "broadcast=ring", "barrier=single_copy"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    setenv("GANG_ALGO", bad[i], 1);
+    gang_t *g = NULL;
+    char addr[160];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d/algos-bad%zu", gt_store_port(),
+             i);
+    gang_status st = gang_create_with_store(NULL, addr, 0, 1, &g);
+    assert_int_equal(st, GANG_INVALID_ARGUMENT);
+    assert_null(g);
+    assert_non_null(strstr(gang_last_error(), "GANG_ALGO"));
+  }
+  unsetenv("GANG_ALGO");
+}
+
+int main(void) {
+  setenv("GANG_SHM_CMA", "1", 1);
+  const struct CMUnitTest tests[] = {
+      GT_TEST(test_bad_setting),
+      GT_TEST(test_ranks_must_agree),
+      GT_TEST(test_every_algorithm),
+  };
+  return cmocka_run_group_tests(tests, gt_store_group_setup,
+                                gt_store_group_teardown);
+}
