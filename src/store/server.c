@@ -44,6 +44,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/options.h"
 #include "core/sock.h"
 #include "kv.h"
 #include "proto.h"
@@ -769,11 +770,8 @@ static void raise_nofile(int max_clients) {
               (unsigned long long)rl.rlim_cur, max_clients);
 }
 
-#define OPT(o, field)                                                          \
-  ((o) != NULL && (o)->size >= offsetof(gang_store_server_options, field) +    \
-                                   sizeof((o)->field)                          \
-       ? (o)->field                                                            \
-       : 0)
+/* A field of the caller's options, or 0 (= the default) when it has none. */
+#define OPT(o, field) GANG__OPTS_GET(gang_store_server_options, o, field, 0)
 
 static gang_status size_opt(const char *name, size_t v, gang__setting_id id,
                             uint64_t lo, uint64_t hi, uint32_t *out) {

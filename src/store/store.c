@@ -8,14 +8,12 @@
 #include "core/clock.h"
 #include "core/config.h"
 #include "core/error.h"
+#include "core/options.h"
 #include "store_impl.h"
 
 gang_status gang__store_new(const gang__store_ops *ops, void *impl,
                             const gang_store_options *opts, gang_store **out) {
-  int64_t timeout_ms = 0;
-  if (opts != NULL && opts->size >= offsetof(gang_store_options, timeout_ms) +
-                                        sizeof opts->timeout_ms)
-    timeout_ms = opts->timeout_ms;
+  int64_t timeout_ms = GANG__OPTS_GET(gang_store_options, opts, timeout_ms, 0);
   if (timeout_ms == 0)
     GANG_CHECK(gang__setting_int(GANG_SETTING_STORE_TIMEOUT, &timeout_ms));
   gang_store *st = calloc(1, sizeof *st);

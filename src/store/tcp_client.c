@@ -26,6 +26,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/options.h"
 #include "core/sock.h"
 #include "proto.h"
 #include "store_impl.h"
@@ -138,17 +139,10 @@ static const gang__store_ops tcp_ops;
 gang_status gang__store_tcp_connect(const char *host, int port,
                                     const gang_store_options *opts,
                                     gang_store **out) {
-  int64_t timeout_ms = 0, connect_ms = 0;
-  const char *secret = NULL;
-  if (opts != NULL) {
-    if (opts->size >= offsetof(gang_store_options, timeout_ms) + 8)
-      timeout_ms = opts->timeout_ms;
-    if (opts->size >= offsetof(gang_store_options, connect_timeout_ms) + 8)
-      connect_ms = opts->connect_timeout_ms;
-    if (opts->size >=
-        offsetof(gang_store_options, secret) + sizeof(const char *))
-      secret = opts->secret;
-  }
+  int64_t timeout_ms = GANG__OPTS_GET(gang_store_options, opts, timeout_ms, 0);
+  int64_t connect_ms =
+      GANG__OPTS_GET(gang_store_options, opts, connect_timeout_ms, 0);
+  const char *secret = GANG__OPTS_GET(gang_store_options, opts, secret, NULL);
   if (timeout_ms == 0)
     GANG_CHECK(gang__setting_int(GANG_SETTING_STORE_TIMEOUT, &timeout_ms));
   if (connect_ms == 0)
