@@ -16,15 +16,12 @@
 
 #include "clock.h"
 #include "error.h"
+#include "hostport.h"
 #include "log.h"
 
 void gang__sock_peer_name(const char *host, int port, char *buf, size_t cap) {
-  if (host == NULL || *host == '\0')
-    host = "*";
-  if (strchr(host, ':') != NULL)
-    snprintf(buf, cap, "[%s]:%d", host, port);
-  else
-    snprintf(buf, cap, "%s:%d", host, port);
+  gang__hostport_format(buf, cap, host != NULL && *host != '\0' ? host : "*",
+                        port);
 }
 
 int gang__sock_set_nonblock(int fd) {

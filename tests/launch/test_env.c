@@ -836,13 +836,13 @@ static void test_init_methods(void **state) {
     int rank, size;
     const char *want;
   } bad[] = {
-      {"tcp://host", 0, 1, "expected tcp://host:port"},
-      {"tcp://:80", 0, 1, "empty host"},
+      {"tcp://host", 0, 1, "expected host:port"},
+      {"tcp://:80", 0, 1, "empty or overlong host"},
       {"tcp://h:0", 0, 1, "1..65535"},
       {"tcp://h:70000", 0, 1, "1..65535"},
       {"tcp://h:x", 0, 1, "1..65535"},
-      {"tcp://::1:80", 0, 1, "expected tcp://host:port"},
-      {"tcp://[::1]80", 0, 1, "[v6addr]:port"},
+      {"tcp://::1:80", 0, 1, "expected host:port"},
+      {"tcp://[::1]80", 0, 1, "expected [ipv6]:port"},
       {"tcp://h:80", -1, 2, "rank -1 must be given"},
       {"tcp://h:80", 0, -1, "world_size -1 must be given"},
       {"tcp://h:80", 2, 2, "rank 2"},
