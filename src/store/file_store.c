@@ -786,22 +786,6 @@ static void fs_destroy(fs_store *fs) {
 
 static void fs_close(gang_store *st) { fs_destroy(fs_of(st)); }
 
-static const gang__store_ops file_ops = {
-    .kind = "file",
-    .set = fs_set,
-    .get = fs_get,
-    .check = fs_check,
-    .wait = fs_wait,
-    .add = fs_add,
-    .compare_set = fs_compare_set,
-    .del = fs_del,
-    .num_keys = fs_num_keys,
-    .append = fs_append,
-    .multi_get = fs_multi_get,
-    .multi_set = fs_multi_set,
-    .close = fs_close,
-};
-
 /* Writes the header of a new (empty) file, or checks an existing one. Call
  * with the exclusive lock held, so two processes creating the file at once
  * write one header. */
@@ -844,9 +828,12 @@ static gang_status init_header(fs_store *fs) {
   return GANG_OK;
 }
 
-gang_status gang__store_file_create(const char *path,
-                                    const gang_store_options *opts,
-                                    gang_store **out) {
+static gang_status fs_open(const gang__store_target *at,
+                           const gang_store_options *opts, int64_t timeout_ms,
+                           void **impl) {
+  (void)opts; /* the handle's timeout is all it would take from them */
+  (void)timeout_ms;
+  const char *path = at->path;
   fs_store *fs = calloc(1, sizeof *fs);
   if (fs == NULL)
     return gang__error(GANG_NO_MEMORY, "store file: out of memory");
@@ -876,13 +863,29 @@ gang_status gang__store_file_create(const char *path,
       s = catch_up(fs);
     unlock(fs);
   }
-  if (s == GANG_OK)
-    s = gang__store_new(&file_ops, fs, opts, out);
   if (s != GANG_OK) {
     fs_destroy(fs);
     return s;
   }
   GANG_INFO(STORE, "store file '%s': open, %zu keys in %" PRIu64 " bytes", path,
             fs->nkeys, fs->off);
+  *impl = fs;
   return GANG_OK;
 }
+
+const gang__store_ops gang__store_file_ops = {
+    .kind = "file",
+    .open = fs_open,
+    .set = fs_set,
+    .get = fs_get,
+    .check = fs_check,
+    .wait = fs_wait,
+    .add = fs_add,
+    .compare_set = fs_compare_set,
+    .del = fs_del,
+    .num_keys = fs_num_keys,
+    .append = fs_append,
+    .multi_get = fs_multi_get,
+    .multi_set = fs_multi_set,
+    .close = fs_close,
+};

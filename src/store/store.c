@@ -12,17 +12,25 @@
 #include "core/options.h"
 #include "store_impl.h"
 
-gang_status gang__store_new(const gang__store_ops *ops, void *impl,
-                            const gang_store_options *opts, gang_store **out) {
+/* A handle on a backend: its default timeout from opts or
+ * GANG_STORE_TIMEOUT, then the backend's own state. */
+static gang_status store_open(const gang__store_ops *ops,
+                              const gang__store_target *at,
+                              const gang_store_options *opts,
+                              gang_store **out) {
   int64_t timeout_ms = GANG__OPTS_GET(gang_store_options, opts, timeout_ms, 0);
   if (timeout_ms == 0)
     GANG_CHECK(gang__setting_int(GANG_SETTING_STORE_TIMEOUT, &timeout_ms));
   gang_store *st = calloc(1, sizeof *st);
   if (st == NULL)
     return gang__error(GANG_NO_MEMORY, "store: cannot allocate a handle");
+  gang_status s = ops->open(at, opts, timeout_ms, &st->impl);
+  if (s != GANG_OK) {
+    free(st);
+    return s;
+  }
   pthread_mutex_init(&st->mu, NULL);
   st->ops = ops;
-  st->impl = impl;
   st->timeout_ms = timeout_ms;
   *out = st;
   return GANG_OK;
@@ -44,8 +52,9 @@ gang_status gang_store_connect(const char *addr, const gang_store_options *opts,
     return gang__error_wrap(s, "store address '%s'", addr);
   /* "host:port/prefix" is a prefix view over its own connection. */
   const char *prefix = tail[0] == '/' && tail[1] != '\0' ? tail + 1 : NULL;
+  gang__store_target at = {.host = hp.host, .port = hp.port};
   gang_store *st;
-  GANG_CHECK(gang__store_tcp_connect(hp.host, hp.port, opts, &st));
+  GANG_CHECK(store_open(&gang__store_tcp_ops, &at, opts, &st));
   if (prefix == NULL) {
     *out = st;
     return GANG_OK;
@@ -67,7 +76,8 @@ gang_status gang_store_file_open(const char *path,
   GANG_ARG_CHECK(path != NULL && *path != '\0', "gang_store_file_open",
                  "path is empty");
   GANG_ARG_CHECK(out != NULL, "gang_store_file_open", "out is NULL");
-  return gang__store_file_create(path, opts, out);
+  gang__store_target at = {.path = path};
+  return store_open(&gang__store_file_ops, &at, opts, out);
 }
 
 gang_status gang_store_prefix(gang_store *parent, const char *prefix,
