@@ -66,8 +66,7 @@ gang_status gang__sock_write_full(int fd, const void *buf, size_t n,
                                   int64_t deadline, int abort_fd,
                                   const char *peer);
 
-/* fcntl/setsockopt wrappers; return 0 or -1 with errno set. */
-int gang__sock_set_nonblock(int fd);
+/* setsockopt wrapper; returns 0 or -1 with errno set. */
 int gang__sock_set_nodelay(int fd);
 
 #endif
