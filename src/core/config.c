@@ -1,6 +1,6 @@
-/* The settings table (settings.def), its parsers, and the public listing
- * used by gang-info. Values are read from the environment when asked for:
- * the caller decides when a setting takes effect (usually at creation of
+/* The settings' parsers, typed reads of settings.h's table, and the public
+ * listing used by gang-info. Values are read from the environment when asked
+ * for: the caller decides when a setting takes effect (usually at creation of
  * the object it configures). */
 #include <ctype.h>
 #include <errno.h>
@@ -13,20 +13,11 @@
 #include "config.h"
 #include "error.h"
 
-typedef enum { T_INT, T_SIZE, T_DURATION, T_BOOL, T_STRING } setting_type;
-
-static const struct setting {
-  const char *name;
-  setting_type type;
-  const char *def;
-  const char *doc;
-} settings[] = {
-#define X(id, name, type, def, doc) {name, T_##type, def, doc},
-#include "settings.def"
-#undef X
-};
-
-static const char *type_names[] = {"int", "size", "duration", "bool", "string"};
+static const char *type_names[] = {[GANG__SETTING_INT] = "int",
+                                   [GANG__SETTING_SIZE] = "size",
+                                   [GANG__SETTING_DURATION] = "duration",
+                                   [GANG__SETTING_BOOL] = "bool",
+                                   [GANG__SETTING_STRING] = "string"};
 
 /* Parses a leading signed integer and returns the rest of the text. */
 static gang_status parse_prefix(const char *what, const char *text,
@@ -169,39 +160,29 @@ gang_status gang__parse_bool(const char *what, const char *text, bool *out) {
                      what, text ? text : "(null)");
 }
 
-static gang_status parse_typed(const struct setting *s, const char *text,
+static gang_status parse_typed(const gang__setting *s, const char *text,
                                int64_t *out) {
   switch (s->type) {
-  case T_INT:
+  case GANG__SETTING_INT:
     return gang__parse_int(s->name, text, out);
-  case T_SIZE:
+  case GANG__SETTING_SIZE:
     return gang__parse_size(s->name, text, out);
-  case T_DURATION:
+  case GANG__SETTING_DURATION:
     return gang__parse_duration_ms(s->name, text, out);
-  case T_BOOL: {
+  case GANG__SETTING_BOOL: {
     bool b;
     GANG_CHECK(gang__parse_bool(s->name, text, &b));
     *out = b;
     return GANG_OK;
   }
-  case T_STRING:
+  case GANG__SETTING_STRING:
     break;
   }
   return gang__error(GANG_INTERNAL, "%s is a string setting", s->name);
 }
 
-bool gang__setting_is_set(gang__setting_id id) {
-  return getenv(settings[id].name) != NULL;
-}
-
-const char *gang__setting_str(gang__setting_id id) {
-  const struct setting *s = &settings[id];
-  const char *v = getenv(s->name);
-  return v != NULL ? v : s->def;
-}
-
 gang_status gang__setting_int(gang__setting_id id, int64_t *out) {
-  const struct setting *s = &settings[id];
+  const gang__setting *s = gang__setting_get(id);
   const char *v = getenv(s->name);
   if (v != NULL)
     return parse_typed(s, v, out);
@@ -218,7 +199,7 @@ gang_status gang_setting_describe(int index, gang_setting_info *out) {
     return gang__error(GANG_INVALID_ARGUMENT,
                        "gang_setting_describe: index %d is not in [0, %d)",
                        index, (int)GANG__SETTING_COUNT);
-  const struct setting *s = &settings[index];
+  const gang__setting *s = gang__setting_get((gang__setting_id)index);
   memset(out, 0, sizeof *out);
   out->name = s->name;
   out->type = type_names[s->type];
@@ -227,7 +208,7 @@ gang_status gang_setting_describe(int index, gang_setting_info *out) {
   out->env_value = getenv(s->name);
   out->parse_status = GANG_OK;
   const char *text = out->env_value ? out->env_value : s->def;
-  if (s->type == T_STRING) {
+  if (s->type == GANG__SETTING_STRING) {
     snprintf(out->effective, sizeof out->effective, "%s", text);
     return GANG_OK;
   }
@@ -239,13 +220,13 @@ gang_status gang_setting_describe(int index, gang_setting_info *out) {
     return GANG_OK;
   }
   switch (s->type) {
-  case T_DURATION:
+  case GANG__SETTING_DURATION:
     snprintf(out->effective, sizeof out->effective, "%" PRId64 " ms", v);
     break;
-  case T_SIZE:
+  case GANG__SETTING_SIZE:
     snprintf(out->effective, sizeof out->effective, "%" PRId64 " bytes", v);
     break;
-  case T_BOOL:
+  case GANG__SETTING_BOOL:
     snprintf(out->effective, sizeof out->effective, "%s", v ? "true" : "false");
     break;
   default:

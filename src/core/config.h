@@ -1,4 +1,4 @@
-/* Internal access to the settings table (settings.def) and the unit parsers
+/* Typed access to the settings table (settings.h) and the unit parsers
  * that the launcher and tools share. */
 #ifndef GANG_CORE_CONFIG_H
 #define GANG_CORE_CONFIG_H
@@ -9,25 +9,12 @@
 #include "gang/config.h"
 #include "gang/status.h"
 
-typedef enum gang__setting_id {
-#define X(id, name, type, def, doc) GANG_SETTING_##id,
-#include "settings.def"
-#undef X
-  GANG__SETTING_COUNT
-} gang__setting_id;
+#include "settings.h"
 
 /* Integer value of an INT, SIZE (bytes), DURATION (milliseconds) or BOOL
  * (0/1) setting: the environment's if set, else the default. A malformed
  * value is GANG_INVALID_ARGUMENT naming the variable and the value. */
 gang_status gang__setting_int(gang__setting_id id, int64_t *out);
-
-/* Whether the environment sets this setting (so a default chosen at run
- * time must not override it). */
-bool gang__setting_is_set(gang__setting_id id);
-
-/* String value of a setting: the environment's if set, else the default.
- * Never NULL. The pointer is into the environment or static storage. */
-const char *gang__setting_str(gang__setting_id id);
 
 /* Parsers shared by settings, the launcher and tools. Each returns
  * GANG_INVALID_ARGUMENT (with gang_last_error naming `what` and the text)

@@ -1,6 +1,7 @@
 /* The logger: one of the few process-wide things (see docs/settings.md).
- * Configuration is read lazily from the environment; level and mask are
- * plain ints read without a lock on every GANG_LOG, written under a mutex. */
+ * Configuration is read lazily from the settings table; level and mask are
+ * relaxed atomics read without a lock on every GANG_LOG, written under a
+ * mutex together with the file and rank that only log_write reads. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,11 +11,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "config.h"
 #include "log.h"
+#include "settings.h"
 
-int gang__log_level_v = -1;
-unsigned gang__log_mask_v = GANG_SUB_ALL;
+_Atomic int gang__log_level_v = -1;
+_Atomic unsigned gang__log_mask_v = GANG_SUB_ALL;
 
 static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
 static FILE *log_file;    /* NULL means stderr */
@@ -96,15 +97,18 @@ static void configure_locked(void) {
     expand_path(path, full, sizeof full);
     log_file = fopen(full, "ae");
   }
-  gang__log_mask_v = parse_mask(gang__setting_str(GANG_SETTING_DEBUG_SUBSYS));
-  __atomic_store_n(&gang__log_level_v,
-                   parse_level(gang__setting_str(GANG_SETTING_DEBUG)),
-                   __ATOMIC_RELEASE);
+  atomic_store_explicit(
+      &gang__log_mask_v,
+      parse_mask(gang__setting_str(GANG_SETTING_DEBUG_SUBSYS)),
+      memory_order_relaxed);
+  atomic_store_explicit(&gang__log_level_v,
+                        parse_level(gang__setting_str(GANG_SETTING_DEBUG)),
+                        memory_order_relaxed);
 }
 
 void gang__log_init(void) {
   pthread_mutex_lock(&log_mu);
-  if (__atomic_load_n(&gang__log_level_v, __ATOMIC_ACQUIRE) < 0)
+  if (atomic_load_explicit(&gang__log_level_v, memory_order_relaxed) < 0)
     configure_locked();
   pthread_mutex_unlock(&log_mu);
 }

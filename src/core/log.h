@@ -1,10 +1,13 @@
 /* Internal logger. Configured once per process from GANG_DEBUG,
- * GANG_DEBUG_SUBSYS and GANG_DEBUG_FILE; the level and subsystem are checked
- * before any formatting, so a disabled log line costs one load and a branch.
- * Lines look like "host:pid rank N [LEVEL SUBSYS] message". */
+ * GANG_DEBUG_SUBSYS and GANG_DEBUG_FILE (read through settings.h, never
+ * through config.h: config reports errors, and errors are logged); the level
+ * and subsystem are checked before any formatting, so a disabled log line
+ * costs one load and a branch. Lines look like
+ * "host:pid rank N [LEVEL SUBSYS] message". */
 #ifndef GANG_CORE_LOG_H
 #define GANG_CORE_LOG_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 
 #include "gang/export.h"
@@ -34,15 +37,23 @@ typedef enum gang__subsys {
       GANG_SUB_ALL = 0xff
 } gang__subsys;
 
-/* Level and mask after lazy initialisation; read without locks. */
-extern int gang__log_level_v;
-extern unsigned gang__log_mask_v;
+/* Level (-1 until the first use configures it) and subsystem mask, read
+ * without a lock by every thread on every GANG_LOG. Relaxed: nothing else is
+ * published through them, and a line racing a reconfiguration may be
+ * filtered by the old or the new value. */
+extern _Atomic int gang__log_level_v;
+extern _Atomic unsigned gang__log_mask_v;
 void gang__log_init(void);
 
 static inline bool gang__log_on(int level, unsigned subsys) {
-  if (gang__log_level_v < 0)
+  int on = atomic_load_explicit(&gang__log_level_v, memory_order_relaxed);
+  if (on < 0) {
     gang__log_init();
-  return level <= gang__log_level_v && (subsys & gang__log_mask_v) != 0;
+    on = atomic_load_explicit(&gang__log_level_v, memory_order_relaxed);
+  }
+  return level <= on &&
+         (subsys &
+          atomic_load_explicit(&gang__log_mask_v, memory_order_relaxed)) != 0;
 }
 
 void gang__log_write(int level, unsigned subsys, const char *fmt, ...)

@@ -1,15 +1,20 @@
-/* Options structs start with their size (STYLE.md 5): a caller built
- * against an older header passes a smaller struct, whose missing fields
- * read as defaults. */
+/* Reading a caller's options struct. Every public options struct starts
+ * with `size_t size` (set by its ..._OPTIONS_INIT) and only ever grows by
+ * appending fields, so a program built
+ * against an older header passes a smaller size: a field exists for that
+ * caller only if its struct reaches past the field's last byte. Reading a
+ * field without this check would read past the caller's struct. */
 #ifndef GANG_CORE_OPTIONS_H
 #define GANG_CORE_OPTIONS_H
 
 #include <stddef.h>
 
-/* Whether the options `o` (a pointer to `type`, may be NULL) are large
- * enough to hold `field`. */
-#define GANG_OPTIONS_HAS(o, type, field)                                       \
-  ((o) != NULL &&                                                              \
-   (o)->size >= offsetof(type, field) + sizeof(((type *)0)->field))
+/* Whether the options `opts` (a non-NULL pointer to TYPE) include `field`. */
+#define GANG__OPTS_HAS(TYPE, opts, field)                                      \
+  ((opts)->size >= offsetof(TYPE, field) + sizeof((opts)->field))
+
+/* opts->field, or `def` when opts is NULL or too old to have the field. */
+#define GANG__OPTS_GET(TYPE, opts, field, def)                                 \
+  ((opts) != NULL && GANG__OPTS_HAS(TYPE, opts, field) ? (opts)->field : (def))
 
 #endif

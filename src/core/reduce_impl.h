@@ -1,8 +1,8 @@
 /* Private to the reduce kernels (src/core/reduce*.c): the kernel table that
  * each instruction-set file fills in, the float16/bfloat16 scalar
- * conversions, and the loop skeletons that the SIMD files instantiate with
- * their own vector operations. Nothing here is for other modules; they use
- * core/reduce.h. */
+ * conversions, the loop skeletons that the SIMD files instantiate with
+ * their own vector operations, and the one list their tables come from.
+ * Nothing here is for other modules; they use core/reduce.h. */
 #ifndef GANG_CORE_REDUCE_IMPL_H
 #define GANG_CORE_REDUCE_IMPL_H
 
@@ -192,6 +192,50 @@ static inline uint16_t gang__f32_to_bf16_inl(float f) {
     }                                                                          \
     BASE(d + i * (ES), x + i * (ES), y + i * (ES), n - i);                     \
     _mm_sfence(); /* order the streamed stores before later ones */            \
+  }
+
+/* ---- the SIMD kernel set ----
+ * One row per dtype: the kernels of its SUM, PROD, MIN and MAX columns, and
+ * whether they have streaming-store twins (NAME_nt, GANG__VKERNEL_NT): NT or
+ * NO_NT. Every SIMD file defines kernels of exactly these names, with its
+ * own vector width and operations, plus the means m_f32, m_f64, m_f16 and
+ * m_bf16; GANG__SIMD_TABLE fills its table from this one list, so the
+ * instruction sets cannot disagree on which kernel serves which slot.
+ * Signed and unsigned integers share SUM and PROD (both wrap alike in two's
+ * complement); BOOL's SUM and MAX are OR, its PROD and MIN are AND. */
+#define GANG__SIMD_KERNELS(X)                                                  \
+  X(FLOAT32, k_ps_sum, k_ps_prod, k_ps_min, k_ps_max, NT)                      \
+  X(FLOAT64, k_pd_sum, k_pd_prod, k_pd_min, k_pd_max, NT)                      \
+  X(FLOAT16, k_f16_sum, k_f16_prod, k_f16_min, k_f16_max, NO_NT)               \
+  X(BFLOAT16, k_bf16_sum, k_bf16_prod, k_bf16_min, k_bf16_max, NO_NT)          \
+  X(INT8, k_8_sum, k_8_prod, k_i8_min, k_i8_max, NT)                           \
+  X(UINT8, k_8_sum, k_8_prod, k_u8_min, k_u8_max, NT)                          \
+  X(INT16, k_16_sum, k_16_prod, k_i16_min, k_i16_max, NT)                      \
+  X(INT32, k_32_sum, k_32_prod, k_i32_min, k_i32_max, NT)                      \
+  X(INT64, k_64_sum, k_64_prod, k_i64_min, k_i64_max, NT)                      \
+  X(UINT32, k_32_sum, k_32_prod, k_u32_min, k_u32_max, NT)                     \
+  X(UINT64, k_64_sum, k_64_prod, k_u64_min, k_u64_max, NT)                     \
+  X(BOOL, k_bool_or, k_bool_and, k_bool_and, k_bool_or, NT)
+
+#define GANG__SIMD_FN_ROW(DT, SUM, PROD, MIN, MAX, NT)                         \
+  [GANG_##DT] = {SUM, PROD, MIN, MAX},
+#define GANG__SIMD_NT_ROW(DT, SUM, PROD, MIN, MAX, NT)                         \
+  GANG__SIMD_NT_ROW_##NT(DT, SUM, PROD, MIN, MAX)
+#define GANG__SIMD_NT_ROW_NT(DT, SUM, PROD, MIN, MAX)                          \
+  [GANG_##DT] = {SUM##_nt, PROD##_nt, MIN##_nt, MAX##_nt},
+#define GANG__SIMD_NT_ROW_NO_NT(DT, SUM, PROD, MIN, MAX)
+
+/* The initializer of a SIMD file's gang__reduce_table, named NAME. */
+#define GANG__SIMD_TABLE(NAME)                                                 \
+  {                                                                            \
+    .name = (NAME), .fn = {GANG__SIMD_KERNELS(GANG__SIMD_FN_ROW)},             \
+    .nt = {GANG__SIMD_KERNELS(GANG__SIMD_NT_ROW)},                             \
+    .mean = {                                                                  \
+        [GANG_FLOAT32] = m_f32,                                                \
+        [GANG_FLOAT64] = m_f64,                                                \
+        [GANG_FLOAT16] = m_f16,                                                \
+        [GANG_BFLOAT16] = m_bf16,                                              \
+    },                                                                         \
   }
 
 /* GANG__VMEAN defines `static void NAME(buf, n, div)`: buf[i] /= div, with

@@ -3,7 +3,6 @@
 #include "sock.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -16,22 +15,12 @@
 
 #include "clock.h"
 #include "error.h"
+#include "hostport.h"
 #include "log.h"
 
 void gang__sock_peer_name(const char *host, int port, char *buf, size_t cap) {
-  if (host == NULL || *host == '\0')
-    host = "*";
-  if (strchr(host, ':') != NULL)
-    snprintf(buf, cap, "[%s]:%d", host, port);
-  else
-    snprintf(buf, cap, "%s:%d", host, port);
-}
-
-int gang__sock_set_nonblock(int fd) {
-  int fl = fcntl(fd, F_GETFL);
-  if (fl < 0)
-    return -1;
-  return fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+  gang__hostport_format(buf, cap, host != NULL && *host != '\0' ? host : "*",
+                        port);
 }
 
 int gang__sock_set_nodelay(int fd) {

@@ -20,7 +20,8 @@
 /* Enough for "[ipv6%scope]:port" and most host names with a port. */
 #define GANG_SOCK_PEER_CAP 300
 
-/* Formats "host:port" (brackets around IPv6 literals) into buf. */
+/* Formats "host:port" (brackets around IPv6 literals) into buf, as
+ * gang__hostport_format does, with "*" for a NULL or empty host. */
 void gang__sock_peer_name(const char *host, int port, char *buf, size_t cap);
 
 /* Listens on host:port (host NULL or "" = all interfaces of both families;
@@ -65,8 +66,7 @@ gang_status gang__sock_write_full(int fd, const void *buf, size_t n,
                                   int64_t deadline, int abort_fd,
                                   const char *peer);
 
-/* fcntl/setsockopt wrappers; return 0 or -1 with errno set. */
-int gang__sock_set_nonblock(int fd);
+/* setsockopt wrapper; returns 0 or -1 with errno set. */
 int gang__sock_set_nodelay(int fd);
 
 #endif

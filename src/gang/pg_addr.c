@@ -8,6 +8,7 @@
 
 #include "core/config.h"
 #include "core/error.h"
+#include "core/hostport.h"
 #include "pg_internal.h"
 #include "transport/ifname.h"
 
@@ -16,19 +17,19 @@
  * stays loopback. */
 static void addr_toward(const char *store_addr, char *out, size_t cap) {
   snprintf(out, cap, "127.0.0.1");
-  char host[256];
   const char *p = store_addr;
   if (strncmp(p, "tcp://", 6) == 0)
     p += 6;
-  const char *end = *p == '[' ? strchr(p, ']') : strrchr(p, ':');
-  if (end == NULL || (size_t)(end - p) >= sizeof host)
+  gang__hostport hp;
+  if (gang__hostport_parse(p, GANG__HOSTPORT_PORT_OPTIONAL |
+                                  GANG__HOSTPORT_PORT_ZERO |
+                                  GANG__HOSTPORT_TAIL,
+                           &hp, NULL) != GANG_OK) {
+    gang_clear_error(); /* the store's own parse reports it */
     return;
-  if (*p == '[')
-    p++;
-  memcpy(host, p, (size_t)(end - p));
-  host[end - p] = '\0';
+  }
   struct addrinfo hints = {.ai_socktype = SOCK_DGRAM}, *res = NULL;
-  if (getaddrinfo(host, "9", &hints, &res) != 0 || res == NULL)
+  if (getaddrinfo(hp.host, "9", &hints, &res) != 0 || res == NULL)
     return;
   int fd = socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   struct sockaddr_storage ss;

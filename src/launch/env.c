@@ -23,6 +23,7 @@
 
 #include "core/config.h"
 #include "core/error.h"
+#include "core/hostport.h"
 #include "core/log.h"
 #include "gang/env.h"
 #include "launch/env_internal.h"
@@ -398,12 +399,6 @@ static gang_status from_single(const env *e, gang_world_info *w) {
   return GANG_OK;
 }
 
-int gang__format_host_port(char *buf, size_t cap, const char *host, int port) {
-  bool v6 = strchr(host, ':') != NULL;
-  int n = snprintf(buf, cap, v6 ? "[%s]:%d" : "%s:%d", host, port);
-  return n < 0 || (size_t)n >= cap ? -1 : n;
-}
-
 /* Fields every source shares: store address, run id, restart count. */
 static gang_status finish(const env *e, gang_world_info *w) {
   const char *sa = env_get(e, "GANG_STORE_ADDR");
@@ -415,8 +410,8 @@ static gang_status finish(const env *e, gang_world_info *w) {
         copy_str("GANG_STORE_ADDR", sa, w->store_addr, sizeof w->store_addr));
   } else if (w->store_addr[0] == '\0' && w->master_addr[0] != '\0' &&
              w->master_port > 0) {
-    gang__format_host_port(w->store_addr, sizeof w->store_addr, w->master_addr,
-                           w->master_port);
+    gang__hostport_format(w->store_addr, sizeof w->store_addr, w->master_addr,
+                          w->master_port);
   }
   static const char *const run_ids[] = {"GANG_RUN_ID", "TORCHELASTIC_RUN_ID",
                                         "SLURM_JOB_ID"};
@@ -578,37 +573,15 @@ static gang_status parse_tcp(const char *um, const char *hp, size_t n,
     return gang__error(GANG_INVALID_ARGUMENT, "init_method: too long");
   memcpy(buf, hp, n);
   buf[n] = '\0';
-  char *host = buf, *port;
-  if (buf[0] == '[') {
-    char *close = strchr(buf, ']');
-    if (close == NULL || close[1] != ':')
-      return gang__error(GANG_INVALID_ARGUMENT,
-                         "init_method '%s': expected tcp://[v6addr]:port", um);
-    *close = '\0';
-    host = buf + 1;
-    port = close + 2;
-  } else {
-    char *colon = strrchr(buf, ':');
-    if (colon == NULL || strchr(buf, ':') != colon)
-      return gang__error(GANG_INVALID_ARGUMENT,
-                         "init_method '%s': expected tcp://host:port", um);
-    *colon = '\0';
-    port = colon + 1;
-  }
-  if (*host == '\0')
-    return gang__error(GANG_INVALID_ARGUMENT, "init_method '%s': empty host",
-                       um);
-  if (strchr(port, '/') != NULL)
-    *strchr(port, '/') = '\0'; /* torch tolerates a trailing '/' */
-  int64_t p;
-  if (gang__parse_int("port", port, &p) != GANG_OK || p < 1 || p > 65535)
-    return gang__error(GANG_INVALID_ARGUMENT,
-                       "init_method '%s': port '%s' is not in 1..65535", um,
-                       port);
-  GANG_CHECK(set_master_addr("init_method host", host, w));
-  w->master_port = (int)p;
-  gang__format_host_port(w->store_addr, sizeof w->store_addr, w->master_addr,
-                         w->master_port);
+  /* The tail: torch tolerates a trailing '/' after the port. */
+  gang__hostport a;
+  gang_status st = gang__hostport_parse(buf, GANG__HOSTPORT_TAIL, &a, NULL);
+  if (st != GANG_OK)
+    return gang__error_wrap(st, "init_method '%s'", um);
+  GANG_CHECK(set_master_addr("init_method host", a.host, w));
+  w->master_port = a.port;
+  gang__hostport_format(w->store_addr, sizeof w->store_addr, w->master_addr,
+                        w->master_port);
   return GANG_OK;
 }
 

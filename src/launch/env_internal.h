@@ -23,8 +23,4 @@ gang_status gang__world_info_from_init_method_envp(const char *const *envp,
                                                    int rank, int world_size,
                                                    gang_world_info *info);
 
-/* Formats host:port into buf, bracketing an IPv6 literal. Returns the
- * length, or -1 when it does not fit. */
-int gang__format_host_port(char *buf, size_t cap, const char *host, int port);
-
 #endif

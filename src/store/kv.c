@@ -142,7 +142,6 @@ void gang__kv_destroy(gang__kv *kv) {
 
 size_t gang__kv_used(const gang__kv *kv) { return kv->used; }
 size_t gang__kv_max(const gang__kv *kv) { return kv->max_total; }
-int64_t gang__kv_num_keys(const gang__kv *kv) { return kv->npresent; }
 
 bool gang__kv_charge(gang__kv *kv, int64_t delta, bool force) {
   if (delta < 0) {

@@ -64,9 +64,8 @@ void gang__kv_unpark(gang__kv *kv, gang__kv_park *park);
  * unless `force`. */
 bool gang__kv_charge(gang__kv *kv, int64_t delta, bool force);
 
-/* Bytes currently charged, and the number of present keys. */
+/* Bytes currently charged, and the cap on them. */
 size_t gang__kv_used(const gang__kv *kv);
 size_t gang__kv_max(const gang__kv *kv);
-int64_t gang__kv_num_keys(const gang__kv *kv);
 
 #endif

@@ -1,4 +1,4 @@
-/* The public store API: argument checks, address parsing, prefix views and
+/* The public store API: argument checks, addresses, prefix views and
  * per-handle locking, in front of the backends (tcp_client.c, file_store.c)
  * described in store_impl.h. */
 #include <stdio.h>
@@ -8,65 +8,31 @@
 #include "core/clock.h"
 #include "core/config.h"
 #include "core/error.h"
+#include "core/hostport.h"
+#include "core/options.h"
 #include "store_impl.h"
 
-gang_status gang__store_new(const gang__store_ops *ops, void *impl,
-                            const gang_store_options *opts, gang_store **out) {
-  int64_t timeout_ms = 0;
-  if (opts != NULL && opts->size >= offsetof(gang_store_options, timeout_ms) +
-                                        sizeof opts->timeout_ms)
-    timeout_ms = opts->timeout_ms;
+/* A handle on a backend: its default timeout from opts or
+ * GANG_STORE_TIMEOUT, then the backend's own state. */
+static gang_status store_open(const gang__store_ops *ops,
+                              const gang__store_target *at,
+                              const gang_store_options *opts,
+                              gang_store **out) {
+  int64_t timeout_ms = GANG__OPTS_GET(gang_store_options, opts, timeout_ms, 0);
   if (timeout_ms == 0)
     GANG_CHECK(gang__setting_int(GANG_SETTING_STORE_TIMEOUT, &timeout_ms));
   gang_store *st = calloc(1, sizeof *st);
   if (st == NULL)
     return gang__error(GANG_NO_MEMORY, "store: cannot allocate a handle");
+  gang_status s = ops->open(at, opts, timeout_ms, &st->impl);
+  if (s != GANG_OK) {
+    free(st);
+    return s;
+  }
   pthread_mutex_init(&st->mu, NULL);
   st->ops = ops;
-  st->impl = impl;
   st->timeout_ms = timeout_ms;
   *out = st;
-  return GANG_OK;
-}
-
-/* Splits "host:port", "[v6]:port" with an optional "/prefix". */
-static gang_status parse_addr(const char *addr, char *host, size_t hcap,
-                              int *port, const char **prefix) {
-  const char *p = addr, *hend;
-  if (*p == '[') {
-    hend = strchr(p, ']');
-    if (hend == NULL || hend[1] != ':')
-      return gang__error(GANG_INVALID_ARGUMENT,
-                         "store address '%s': expected [ipv6]:port", addr);
-    p++;
-  } else {
-    hend = strchr(p, ':');
-    if (hend == NULL)
-      return gang__error(GANG_INVALID_ARGUMENT,
-                         "store address '%s': expected host:port", addr);
-  }
-  size_t hlen = (size_t)(hend - p);
-  if (hlen == 0 || hlen >= hcap)
-    return gang__error(GANG_INVALID_ARGUMENT,
-                       "store address '%s': empty or overlong host", addr);
-  memcpy(host, p, hlen);
-  host[hlen] = '\0';
-  const char *ps = hend + (*hend == ']' ? 2 : 1);
-  const char *slash = strchr(ps, '/');
-  size_t plen = slash ? (size_t)(slash - ps) : strlen(ps);
-  char pbuf[16];
-  if (plen == 0 || plen >= sizeof pbuf)
-    return gang__error(GANG_INVALID_ARGUMENT,
-                       "store address '%s': missing or bad port", addr);
-  memcpy(pbuf, ps, plen);
-  pbuf[plen] = '\0';
-  int64_t v;
-  if (gang__parse_int("port", pbuf, &v) != GANG_OK || v < 1 || v > 65535)
-    return gang__error(GANG_INVALID_ARGUMENT,
-                       "store address '%s': port '%s' is not in 1..65535", addr,
-                       pbuf);
-  *port = (int)v;
-  *prefix = (slash && slash[1] != '\0') ? slash + 1 : NULL;
   return GANG_OK;
 }
 
@@ -79,18 +45,22 @@ gang_status gang_store_connect(const char *addr, const gang_store_options *opts,
     return gang_store_file_open(addr + 7, opts, out);
   if (strncmp(addr, "tcp://", 6) == 0)
     addr += 6;
-  char host[256];
-  int port = 0;
-  const char *prefix = NULL;
-  GANG_CHECK(parse_addr(addr, host, sizeof host, &port, &prefix));
+  gang__hostport hp;
+  const char *tail;
+  gang_status s = gang__hostport_parse(addr, GANG__HOSTPORT_TAIL, &hp, &tail);
+  if (s != GANG_OK)
+    return gang__error_wrap(s, "store address '%s'", addr);
+  /* "host:port/prefix" is a prefix view over its own connection. */
+  const char *prefix = tail[0] == '/' && tail[1] != '\0' ? tail + 1 : NULL;
+  gang__store_target at = {.host = hp.host, .port = hp.port};
   gang_store *st;
-  GANG_CHECK(gang__store_tcp_connect(host, port, opts, &st));
+  GANG_CHECK(store_open(&gang__store_tcp_ops, &at, opts, &st));
   if (prefix == NULL) {
     *out = st;
     return GANG_OK;
   }
   gang_store *view;
-  gang_status s = gang_store_prefix(st, prefix, &view);
+  s = gang_store_prefix(st, prefix, &view);
   if (s != GANG_OK) {
     gang_store_close(st);
     return s;
@@ -106,7 +76,8 @@ gang_status gang_store_file_open(const char *path,
   GANG_ARG_CHECK(path != NULL && *path != '\0', "gang_store_file_open",
                  "path is empty");
   GANG_ARG_CHECK(out != NULL, "gang_store_file_open", "out is NULL");
-  return gang__store_file_create(path, opts, out);
+  gang__store_target at = {.path = path};
+  return store_open(&gang__store_file_ops, &at, opts, out);
 }
 
 gang_status gang_store_prefix(gang_store *parent, const char *prefix,

@@ -1,9 +1,14 @@
-/* The store's backend interface. gang_store handles of every kind (TCP
- * client, file store, prefix view) are a const table of operations plus
- * common state; store.c validates arguments at the API boundary, applies
- * prefixes, serialises calls with the handle's mutex and turns timeouts into
- * absolute deadlines before calling a backend. Backends see full keys and
- * valid arguments, and report failures with gang__error. */
+/* The store's backend interface. Each backend (the TCP client in
+ * tcp_client.c, the file store in file_store.c) exports one const table of
+ * operations, its `open` included; store.c builds every handle from such a
+ * table, and a prefix view is a handle over another handle's backend. The
+ * dependency goes one way: store.c calls backends through their tables,
+ * and backends use only this header, never store.c.
+ *
+ * store.c validates arguments at the API boundary, applies prefixes,
+ * serialises calls with the handle's mutex and turns timeouts into absolute
+ * deadlines before calling a backend. Backends see full keys and valid
+ * arguments, and report failures with gang__error. */
 #ifndef GANG_STORE_IMPL_H
 #define GANG_STORE_IMPL_H
 
@@ -11,8 +16,23 @@
 
 #include "gang/store.h"
 
+/* Where a backend opens: a path for the file store, a host and port for
+ * the TCP client. */
+typedef struct gang__store_target {
+  const char *path;
+  const char *host;
+  int port;
+} gang__store_target;
+
 typedef struct gang__store_ops {
-  const char *kind; /* "tcp", "file", "prefix": used in error details */
+  const char *kind; /* "tcp", "file" */
+  /* Makes the backend's state for a new handle (connects, opens the file).
+   * `timeout_ms` is the handle's default deadline, already taken from opts
+   * or GANG_STORE_TIMEOUT. On success *impl is the state, which close frees;
+   * on failure nothing is left behind. */
+  gang_status (*open)(const gang__store_target *at,
+                      const gang_store_options *opts, int64_t timeout_ms,
+                      void **impl);
   gang_status (*set)(gang_store *st, const char *key, const void *value,
                      size_t len);
   /* Waits until `deadline` (absolute gang__now_ns time, or
@@ -52,17 +72,8 @@ struct gang_store {
   void *impl;         /* backend state */
 };
 
-/* Allocates a handle for a backend, with the timeout from opts or
- * GANG_STORE_TIMEOUT. */
-gang_status gang__store_new(const gang__store_ops *ops, void *impl,
-                            const gang_store_options *opts, gang_store **out);
-
-/* Backends that the generic layer dispatches to by address. */
-gang_status gang__store_tcp_connect(const char *host, int port,
-                                    const gang_store_options *opts,
-                                    gang_store **out);
-gang_status gang__store_file_create(const char *path,
-                                    const gang_store_options *opts,
-                                    gang_store **out);
+/* The backends, one table each, defined in their own files. */
+extern const gang__store_ops gang__store_tcp_ops;  /* tcp_client.c */
+extern const gang__store_ops gang__store_file_ops; /* file_store.c */
 
 #endif

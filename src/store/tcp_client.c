@@ -1,6 +1,7 @@
 /* The TCP store client: the gang__store_ops backend behind
- * gang_store_connect("host:port"). One connection per handle, strict
- * request/reply (store.c serialises calls on a handle).
+ * gang_store_connect("host:port") (gang__store_tcp_ops, at the end). One
+ * connection per handle, strict request/reply (store.c serialises calls on
+ * a handle).
  *
  * Deadlines: waiting operations carry their remaining time to the server,
  * which answers TIMEOUT at the deadline, so a timed-out get or wait leaves
@@ -26,6 +27,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/options.h"
 #include "core/sock.h"
 #include "proto.h"
 #include "store_impl.h"
@@ -132,25 +134,15 @@ static uint64_t jitter_state(void) {
   return (uint64_t)gang__now_ns() ^ ((uint64_t)getpid() << 32);
 }
 
-static void tcp_close(gang_store *st);
-static const gang__store_ops tcp_ops;
-
-gang_status gang__store_tcp_connect(const char *host, int port,
-                                    const gang_store_options *opts,
-                                    gang_store **out) {
-  int64_t timeout_ms = 0, connect_ms = 0;
-  const char *secret = NULL;
-  if (opts != NULL) {
-    if (opts->size >= offsetof(gang_store_options, timeout_ms) + 8)
-      timeout_ms = opts->timeout_ms;
-    if (opts->size >= offsetof(gang_store_options, connect_timeout_ms) + 8)
-      connect_ms = opts->connect_timeout_ms;
-    if (opts->size >=
-        offsetof(gang_store_options, secret) + sizeof(const char *))
-      secret = opts->secret;
-  }
-  if (timeout_ms == 0)
-    GANG_CHECK(gang__setting_int(GANG_SETTING_STORE_TIMEOUT, &timeout_ms));
+/* Connects (retrying until the connect timeout) and shakes hands. */
+static gang_status tcp_open(const gang__store_target *at,
+                            const gang_store_options *opts, int64_t timeout_ms,
+                            void **impl) {
+  const char *host = at->host;
+  int port = at->port;
+  int64_t connect_ms =
+      GANG__OPTS_GET(gang_store_options, opts, connect_timeout_ms, 0);
+  const char *secret = GANG__OPTS_GET(gang_store_options, opts, secret, NULL);
   if (connect_ms == 0)
     connect_ms = timeout_ms;
   if (secret == NULL)
@@ -214,11 +206,7 @@ gang_status gang__store_tcp_connect(const char *host, int port,
   }
   GANG_INFO(STORE, "store client connected to %s after %d attempt(s)%s",
             c->peer, attempts, secret ? " (authenticated)" : "");
-  gang_store_options o = GANG_STORE_OPTIONS_INIT;
-  o.timeout_ms = timeout_ms;
-  st = gang__store_new(&tcp_ops, c, &o, out);
-  if (st != GANG_OK)
-    goto fail;
+  *impl = c;
   return GANG_OK;
 fail:
   if (c->fd >= 0)
@@ -659,8 +647,9 @@ static gang_status tcp_num_keys(gang_store *st, int64_t *n) {
   return s;
 }
 
-static const gang__store_ops tcp_ops = {
+const gang__store_ops gang__store_tcp_ops = {
     .kind = "tcp",
+    .open = tcp_open,
     .set = tcp_set,
     .get = tcp_get,
     .check = tcp_check,

@@ -23,6 +23,7 @@
 #include "core/clock.h"
 #include "core/config.h"
 #include "core/error.h"
+#include "core/hostport.h"
 #include "core/log.h"
 #include "core/sock.h"
 #include "fabric_internal.h"
@@ -187,25 +188,6 @@ static gang_status cc_setting(gang__fabric *f) {
                      strerror(e));
 }
 
-static gang_status split_hostport(const char *s, char *host, size_t cap,
-                                  int *port) {
-  const char *colon = strrchr(s, ':');
-  if (colon == NULL || (size_t)(colon - s) >= cap)
-    return gang__error(GANG_PROTOCOL, "bad peer address '%s' in the store", s);
-  const char *h = s;
-  size_t hl = (size_t)(colon - s);
-  if (hl >= 2 && h[0] == '[' && h[hl - 1] == ']') {
-    h++;
-    hl -= 2;
-  }
-  memcpy(host, h, hl);
-  host[hl] = '\0';
-  *port = atoi(colon + 1);
-  if (*port <= 0 || *port > 65535)
-    return gang__error(GANG_PROTOCOL, "bad peer address '%s' in the store", s);
-  return GANG_OK;
-}
-
 static gang_status connect_lower(gang__fabric *f,
                                  const gang__fabric_config *cfg,
                                  const uint8_t *token, int peer) {
@@ -214,11 +196,15 @@ static gang_status connect_lower(gang__fabric *f,
   void *val = NULL;
   size_t vlen = 0;
   GANG_CHECK(gang_store_get(cfg->store, key, &val, &vlen));
-  char host[256];
-  int port = 0;
-  gang_status st = split_hostport((char *)val, host, sizeof host, &port);
+  gang__hostport hp;
+  gang_status st = gang__hostport_parse((const char *)val, 0, &hp, NULL);
+  if (st != GANG_OK)
+    st = gang__error_wrap(GANG_PROTOCOL, "peer address '%.*s' in the store",
+                          (int)(vlen < 300 ? vlen : 300), (const char *)val);
   gang_store_free(val);
   GANG_CHECK(st);
+  const char *host = hp.host;
+  int port = hp.port;
   conn *c = &f->conns[peer];
   snprintf(c->name, sizeof c->name, "rank %d (%s:%d)", peer, host, port);
   /* The peer listens before it publishes: a refusal means a stale or wrong

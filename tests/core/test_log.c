@@ -1,5 +1,7 @@
-/* Logging: level and subsystem filters, the line prefix, and the log file
- * with %h/%p expansion. */
+/* Logging: level and subsystem filters, the line prefix, the log file
+ * with %h/%p expansion, and filters read by threads while another thread
+ * reconfigures them (ThreadSanitizer checks the lock-free reads). */
+#include <pthread.h>
 #include <string.h>
 #include <sys/wait.h>
 
@@ -68,9 +70,38 @@ static void test_levels_and_subsystems(void **state) {
   gang__log_reconfigure();
 }
 
+static void *filter_reader(void *arg) {
+  long on = 0;
+  for (int i = 0; i < 200000; i++)
+    on += gang__log_on(GANG_LOG_TRACE, GANG_SUB_SHM);
+  *(long *)arg = on;
+  return NULL;
+}
+
+static void test_reconfigure_while_read(void **state) {
+  (void)state;
+  pthread_t t[3];
+  long on[3];
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(pthread_create(&t[i], NULL, filter_reader, &on[i]), 0);
+  for (int i = 0; i < 200; i++) {
+    setenv("GANG_DEBUG", i % 2 ? "TRACE" : "NONE", 1);
+    setenv("GANG_DEBUG_SUBSYS", i % 3 ? "SHM" : "^SHM", 1);
+    gang__log_reconfigure();
+  }
+  for (int i = 0; i < 3; i++)
+    pthread_join(t[i], NULL);
+  unsetenv("GANG_DEBUG");
+  unsetenv("GANG_DEBUG_SUBSYS");
+  gang__log_reconfigure();
+  assert_false(gang__log_on(GANG_LOG_INFO, GANG_SUB_SHM));
+  assert_true(gang__log_on(GANG_LOG_WARN, GANG_SUB_SHM));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       GT_TEST(test_levels_and_subsystems),
+      GT_TEST(test_reconfigure_while_read),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

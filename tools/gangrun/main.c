@@ -21,10 +21,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "core/hostport.h"
 #include "gang/status.h"
 #include "gang/store.h"
 #include "gangrun.h"
-#include "launch/env_internal.h"
 
 extern char **environ;
 
@@ -308,8 +308,8 @@ int main(int argc, char **argv) {
       goto out;
     }
   }
-  if (gang__format_host_port(r.store_addr, sizeof r.store_addr, o.master_addr,
-                             r.port) < 0) {
+  if (gang__hostport_format(r.store_addr, sizeof r.store_addr, o.master_addr,
+                            r.port) < 0) {
     fprintf(stderr, "gangrun: master address too long\n");
     goto out;
   }

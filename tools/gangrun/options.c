@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/config.h"
+#include "core/hostport.h"
 #include "gang/config.h"
 #include "gang/status.h"
 #include "gangrun.h"
@@ -162,37 +163,16 @@ static int cpus(void) {
   return n > 0 ? (int)n : 1;
 }
 
-/* host[:port], host may be [v6]. */
+/* host[:port], host may be [v6]; port 0 asks for a free port. */
 static int parse_endpoint(const value *v, gr_options *o) {
-  const char *t = v->text, *port = NULL;
-  size_t hn;
-  if (t[0] == '[') {
-    const char *close = strchr(t, ']');
-    if (close == NULL || (close[1] != '\0' && close[1] != ':'))
-      return usage_error("%s: '%s' is not host[:port]", v->origin, t);
-    hn = (size_t)(close - t - 1);
-    t++;
-    port = close[1] == ':' ? close + 2 : NULL;
-  } else {
-    const char *colon = strrchr(t, ':');
-    if (colon != NULL && strchr(t, ':') != colon)
-      return usage_error("%s: '%s' is not host[:port] (bracket IPv6)",
-                         v->origin, t);
-    hn = colon ? (size_t)(colon - t) : strlen(t);
-    port = colon ? colon + 1 : NULL;
-  }
-  if (hn == 0 || hn >= sizeof o->master_addr)
-    return usage_error("%s: '%s' has no valid host", v->origin, v->text);
-  memcpy(o->master_addr, t, hn);
-  o->master_addr[hn] = '\0';
-  if (port != NULL) {
-    value pv = {port, "", true};
-    snprintf(pv.origin, sizeof pv.origin, "%.50s port", v->origin);
-    long p;
-    if (parse_long(&pv, 0, 65535, &p))
-      return GR_EXIT_USAGE;
-    o->master_port = (int)p;
-  }
+  gang__hostport hp;
+  if (gang__hostport_parse(
+          v->text, GANG__HOSTPORT_PORT_OPTIONAL | GANG__HOSTPORT_PORT_ZERO, &hp,
+          NULL) != GANG_OK)
+    return usage_error("%s %s", v->origin, gang_last_error());
+  snprintf(o->master_addr, sizeof o->master_addr, "%s", hp.host);
+  if (hp.port >= 0)
+    o->master_port = hp.port;
   return 0;
 }
 

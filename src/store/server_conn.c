@@ -1,0 +1,541 @@
+/* One connection of the store server (server.c runs the loop that calls
+ * in here, on its one thread).
+ *
+ * Connections move through HELLO (fixed 48-byte client hello, read into a
+ * small fixed buffer: nothing is allocated for an unauthenticated peer),
+ * AUTH (32-byte proof, only with a secret) and READY (frames). A connection
+ * that has not reached READY within the handshake timeout is dropped; the
+ * handshake list is in accept order, which is deadline order, so expiry is
+ * O(1) per loop.
+ *
+ * In READY, a connection executes one request at a time: it reads only
+ * while it has no reply waiting to be sent and no parked request, so a
+ * client that does not read its replies (slow reader) holds at most one
+ * reply, and one that sends slowly (slowloris) holds only the bytes it has
+ * actually sent (buffers grow with arriving data, never to a declared
+ * length). Buffers are freed when empty, so an idle connection costs only
+ * its struct. Every buffer byte is charged to the kv's memory cap.
+ *
+ * Waiting requests park in the kv (kv.h); the kv's wake callback puts the
+ * connection on the runnable list and the loop re-executes the request,
+ * which still sits at the head of the input buffer. Parked requests expire
+ * at the deadline the client sent (timeout in ms, converted on arrival), and
+ * the reply is TIMEOUT with the missing keys: the connection stays usable. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "auth.h"
+#include "core/bytes.h"
+#include "core/clock.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/sock.h"
+#include "kv.h"
+#include "proto.h"
+#include "server_impl.h"
+
+/* ---- Lists ------------------------------------------------------------- */
+
+static void hs_remove(gang_store_server *s, conn *c) {
+  if (!c->in_hs)
+    return;
+  if (c->hs_prev)
+    c->hs_prev->hs_next = c->hs_next;
+  else
+    s->hs_head = c->hs_next;
+  if (c->hs_next)
+    c->hs_next->hs_prev = c->hs_prev;
+  else
+    s->hs_tail = c->hs_prev;
+  c->in_hs = false;
+}
+
+static void park_remove(gang_store_server *s, conn *c) {
+  if (!c->parked)
+    return;
+  if (c->pk_prev)
+    c->pk_prev->pk_next = c->pk_next;
+  else
+    s->parked = c->pk_next;
+  if (c->pk_next)
+    c->pk_next->pk_prev = c->pk_prev;
+  c->parked = false;
+}
+
+static void make_runnable(gang_store_server *s, conn *c) {
+  if (c->runnable || c->dead)
+    return;
+  c->runnable = true;
+  c->run_next = NULL;
+  if (s->run_tail)
+    s->run_tail->run_next = c;
+  else
+    s->run_head = c;
+  s->run_tail = c;
+}
+
+/* kv wake callback: a key this connection waits for appeared. The kv has
+ * already unparked it. */
+void store_conn_on_wake(void *owner, void *ctx) {
+  gang_store_server *s = ctx;
+  conn *c = owner;
+  park_remove(s, c);
+  make_runnable(s, c);
+}
+
+/* ---- Connection lifetime ------------------------------------------------ */
+
+void store_conn_open(gang_store_server *s, int fd, int64_t now) {
+  conn *c = calloc(1, sizeof *c);
+  struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET};
+  ev.data.ptr = c;
+  if (c == NULL || epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    GANG_WARN(STORE, "store server: cannot register a connection: %s",
+              strerror(errno));
+    free(c);
+    close(fd);
+    return;
+  }
+  c->fd = fd;
+  struct sockaddr_storage ss;
+  socklen_t sl = sizeof ss;
+  char hb[48] = "?";
+  int port = 0;
+  if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0) {
+    if (ss.ss_family == AF_INET) {
+      struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+      inet_ntop(AF_INET, &a->sin_addr, hb, sizeof hb);
+      port = ntohs(a->sin_port);
+    } else if (ss.ss_family == AF_INET6) {
+      struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+      inet_ntop(AF_INET6, &a->sin6_addr, hb, sizeof hb);
+      port = ntohs(a->sin6_port);
+    }
+  }
+  gang__sock_peer_name(hb, port, c->peer, sizeof c->peer);
+  c->state = C_HELLO;
+  c->hs_deadline = s->hs_timeout_ms < 0 ? GANG_DEADLINE_NONE
+                                        : now + s->hs_timeout_ms * 1000000LL;
+  c->in_hs = true;
+  c->hs_prev = s->hs_tail;
+  if (s->hs_tail)
+    s->hs_tail->hs_next = c;
+  else
+    s->hs_head = c;
+  s->hs_tail = c;
+  c->next = s->all;
+  if (s->all)
+    s->all->prev = c;
+  s->all = c;
+  s->nconns++;
+  GANG_TRACE(STORE, "store server: accepted %s (%d connections)", c->peer,
+             s->nconns);
+}
+
+/* Re-charges the kv for the connection's buffer capacity. */
+static void recharge(gang_store_server *s, conn *c) {
+  size_t now = c->in.cap + c->out.cap;
+  gang__kv_charge(s->kv, (int64_t)now - (int64_t)c->charged, true);
+  c->charged = now;
+}
+
+void store_conn_close(gang_store_server *s, conn *c) {
+  if (c->dead)
+    return;
+  c->dead = true;
+  hs_remove(s, c);
+  park_remove(s, c);
+  gang__kv_unpark(s->kv, &c->park);
+  epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+  close(c->fd);
+  c->fd = -1;
+  gang__store_buf_free(&c->in);
+  gang__store_buf_free(&c->out);
+  recharge(s, c);
+  if (c->prev)
+    c->prev->next = c->next;
+  else
+    s->all = c->next;
+  if (c->next)
+    c->next->prev = c->prev;
+  s->nconns--;
+  c->dead_next = s->dead;
+  s->dead = c;
+}
+
+/* Sends what it can of an error reply and closes: for protocol violations
+ * and refused handshakes. The reply is small, so it fits in the socket
+ * buffer; a peer that sent more than we read may see a reset instead. */
+static void conn_fail(gang_store_server *s, conn *c) {
+  if (c->out.len > c->out_off) {
+    ssize_t w;
+    do
+      w = send(c->fd, c->out.p + c->out_off, c->out.len - c->out_off,
+               MSG_NOSIGNAL);
+    while (w < 0 && errno == EINTR);
+  }
+  store_conn_close(s, c);
+}
+
+void store_conn_expire(gang_store_server *s, conn *c) {
+  gang__kv_unpark(s->kv, &c->park);
+  park_remove(s, c);
+  c->expired = true;
+  make_runnable(s, c);
+}
+
+/* ---- Handshake ---------------------------------------------------------- */
+
+static void send_server_hello(gang_store_server *s, conn *c, uint32_t status) {
+  gang__store_server_hello h;
+  memset(&h, 0, sizeof h);
+  h.magic = GANG_STORE_MAGIC;
+  h.version = GANG_STORE_VERSION;
+  h.kind = GANG_STORE_KIND_SERVER;
+  h.flags = s->secret ? GANG_STORE_HELLO_AUTH : 0;
+  h.status = status;
+  h.caps = s->caps;
+  memcpy(h.nonce, c->nonce_s, sizeof h.nonce);
+  if (s->secret && status == GANG_STORE_HELLO_OK)
+    gang__auth_proof(s->secret, GANG_AUTH_SERVER_PROOF, c->nonce_c, c->nonce_s,
+                     h.proof);
+  if (gang__store_buf_reserve(&c->out, GANG_STORE_SERVER_HELLO_BYTES) ==
+      GANG_OK) {
+    gang__store_server_hello_encode(&h, c->out.p + c->out.len);
+    c->out.len += GANG_STORE_SERVER_HELLO_BYTES;
+  }
+  recharge(s, c);
+}
+
+static void send_auth_result(gang_store_server *s, conn *c, uint32_t rc) {
+  if (gang__store_buf_reserve(&c->out, GANG_STORE_AUTH_RESULT_BYTES) ==
+      GANG_OK) {
+    gang__put_u32(c->out.p + c->out.len, rc);
+    c->out.len += GANG_STORE_AUTH_RESULT_BYTES;
+  }
+  recharge(s, c);
+}
+
+/* A complete client hello is in c->hs. Returns false if c was closed. */
+static bool on_hello(gang_store_server *s, conn *c) {
+  gang__store_client_hello h;
+  gang__store_client_hello_decode(c->hs, &h);
+  memcpy(c->nonce_c, h.nonce, sizeof c->nonce_c);
+  if (gang__auth_random(c->nonce_s, sizeof c->nonce_s) != GANG_OK) {
+    GANG_WARN(STORE, "store server: %s", gang_last_error());
+    store_conn_close(s, c);
+    return false;
+  }
+  if (h.version != GANG_STORE_VERSION || h.kind != GANG_STORE_KIND_CLIENT) {
+    GANG_INFO(STORE,
+              "store server: %s speaks protocol version %u kind %u (this "
+              "server: version %u): refused",
+              c->peer, h.version, h.kind, GANG_STORE_VERSION);
+    send_server_hello(s, c,
+                      h.version != GANG_STORE_VERSION
+                          ? GANG_STORE_HELLO_BAD_VERSION
+                          : GANG_STORE_HELLO_BAD_KIND);
+    conn_fail(s, c);
+    return false;
+  }
+  send_server_hello(s, c, GANG_STORE_HELLO_OK);
+  if (s->secret) {
+    c->state = C_AUTH;
+    c->hs_len = 0;
+  } else {
+    c->state = C_READY;
+    hs_remove(s, c);
+  }
+  return true;
+}
+
+static bool on_auth(gang_store_server *s, conn *c) {
+  if (!gang__auth_check(s->secret, GANG_AUTH_CLIENT_PROOF, c->nonce_c,
+                        c->nonce_s, c->hs)) {
+    GANG_WARN(STORE,
+              "store server: authentication failed for %s (wrong or missing "
+              "secret): connection closed",
+              c->peer);
+    send_auth_result(s, c, 1);
+    conn_fail(s, c);
+    return false;
+  }
+  send_auth_result(s, c, 0);
+  c->state = C_READY;
+  hs_remove(s, c);
+  return true;
+}
+
+/* Reads handshake bytes. Returns 1 to continue, 0 to wait for input, -1
+ * when the connection was closed. */
+static int handshake_read(gang_store_server *s, conn *c) {
+  size_t need = c->state == C_HELLO ? GANG_STORE_CLIENT_HELLO_BYTES
+                                    : GANG_STORE_AUTH_BYTES;
+  ssize_t r = recv(c->fd, c->hs + c->hs_len, need - c->hs_len, 0);
+  if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+    return 0;
+  if (r <= 0) {
+    GANG_INFO(STORE, "store server: %s closed during the handshake", c->peer);
+    store_conn_close(s, c);
+    return -1;
+  }
+  size_t before = c->hs_len;
+  c->hs_len += (size_t)r;
+  if (c->state == C_HELLO && before < 4 && c->hs_len >= 4 &&
+      gang__get_u32(c->hs) != GANG_STORE_MAGIC) {
+    GANG_INFO(STORE,
+              "store server: %s sent magic 0x%08x, not a gang store client: "
+              "closed",
+              c->peer, gang__get_u32(c->hs));
+    store_conn_close(s, c);
+    return -1;
+  }
+  if (c->hs_len < need)
+    return 1;
+  bool ok = c->state == C_HELLO ? on_hello(s, c) : on_auth(s, c);
+  return ok ? 1 : -1;
+}
+
+/* ---- Requests ----------------------------------------------------------- */
+
+/* Protocol violation: tell the peer why, then close. */
+static void protocol_error(gang_store_server *s, conn *c, const char *why) {
+  GANG_INFO(STORE, "store server: %s: %s: connection closed", c->peer, why);
+  c->out.len = c->out_off = 0;
+  gang__store_rep_error(&c->out, GANG_STORE_RC_PROTOCOL, "%s", why);
+  recharge(s, c);
+  conn_fail(s, c);
+}
+
+/* Consumes the frame of `flen` bytes (length field included) at the head
+ * of the input buffer. */
+static void consume(gang_store_server *s, conn *c, size_t flen) {
+  memmove(c->in.p, c->in.p + flen, c->in.len - flen);
+  c->in.len -= flen;
+  if (c->in.len == 0) {
+    gang__store_buf_free(&c->in);
+    recharge(s, c);
+  }
+  c->started = c->expired = false;
+}
+
+/* Runs the request at the head of the input buffer if it is complete.
+ * Returns 1 if one ran (or parked), 0 if more input is needed, -1 if the
+ * connection was closed. */
+static int run_request(gang_store_server *s, conn *c) {
+  uint32_t len;
+  uint8_t op;
+  if (!gang__store_frame_header(c->in.p, c->in.len, &len, &op))
+    return 0;
+  if (len < 1 || len > s->caps.max_frame) {
+    char why[128];
+    snprintf(why, sizeof why, "frame length %u outside 1..%u", len,
+             s->caps.max_frame);
+    protocol_error(s, c, why);
+    return -1;
+  }
+  size_t flen = 4 + (size_t)len;
+  if (c->in.len < flen)
+    return 0;
+  gang__store_req req;
+  if (gang__store_req_decode(op, c->in.p + GANG_STORE_FRAME_HDR, len - 1,
+                             &s->caps, &req) != GANG_OK) {
+    protocol_error(s, c, gang_last_error());
+    return -1;
+  }
+  if (!c->started) {
+    c->started = true;
+    c->expired = req.timeout_ms == 0;
+    c->deadline = req.timeout_ms < 0 ? GANG_DEADLINE_NONE
+                                     : gang__deadline_in_ms(req.timeout_ms);
+  }
+  c->park.owner = c;
+  size_t before = c->out.len;
+  gang__kv_result r = gang__kv_exec(s->kv, &req, c->expired, &c->park, &c->out);
+  gang__store_req_fini(&req);
+  recharge(s, c);
+  if (r == GANG_KV_FAILED) {
+    GANG_WARN(STORE, "store server: out of memory replying to %s: closed",
+              c->peer);
+    store_conn_close(s, c);
+    return -1;
+  }
+  if (r == GANG_KV_PARKED) {
+    c->parked = true;
+    c->pk_prev = NULL;
+    c->pk_next = s->parked;
+    if (s->parked)
+      s->parked->pk_prev = c;
+    s->parked = c;
+    return 1;
+  }
+  if (gang__log_on(GANG_LOG_TRACE, GANG_SUB_STORE) && c->out.len > before)
+    GANG_TRACE(STORE, "store server: %s %s -> status %u", c->peer,
+               gang__store_op_name(op), c->out.p[before + 4]);
+  consume(s, c, flen);
+  return 1;
+}
+
+/* Reads request bytes. Returns 1 if bytes arrived, 0 on EAGAIN, -1 when
+ * the connection was closed. */
+static int request_read(gang_store_server *s, conn *c) {
+  if (c->in.len == c->in.cap) {
+    /* Grow with what actually arrives: double, but never past the frame
+     * being received (a peer that announces 64 MiB and sends nothing gets
+     * nothing allocated). */
+    uint32_t len = 0;
+    uint8_t op;
+    size_t need = gang__store_frame_header(c->in.p, c->in.len, &len, &op)
+                      ? 4 + (size_t)len
+                      : GANG_STORE_FRAME_HDR;
+    size_t cap = c->in.cap ? 2 * c->in.cap : 4096;
+    if (cap > need && need > c->in.cap)
+      cap = need;
+    if (cap < 4096)
+      cap = 4096;
+    if (!gang__kv_charge(s->kv, (int64_t)(cap - c->in.cap), false)) {
+      if (need > GANG_STORE_FRAME_HDR) {
+        /* The frame does not fit under the memory cap: skip the rest of
+         * it without storing it, then answer NO_MEMORY. The connection
+         * stays usable and nothing was allocated for the frame. */
+        c->discard = need - c->in.len;
+        c->discard_total = need;
+        c->in.len = 0;
+        gang__store_buf_free(&c->in);
+        recharge(s, c);
+        return 1;
+      }
+      GANG_WARN(STORE,
+                "store server: %s: the memory cap of %zu bytes is reached "
+                "(%zu in use): closed",
+                c->peer, gang__kv_max(s->kv), gang__kv_used(s->kv));
+      store_conn_close(s, c);
+      return -1;
+    }
+    uint8_t *p = realloc(c->in.p, cap);
+    if (p == NULL) {
+      gang__kv_charge(s->kv, -(int64_t)(cap - c->in.cap), true);
+      GANG_WARN(STORE, "store server: out of memory reading from %s", c->peer);
+      store_conn_close(s, c);
+      return -1;
+    }
+    c->in.p = p;
+    c->charged += cap - c->in.cap;
+    c->in.cap = cap;
+  }
+  ssize_t r = recv(c->fd, c->in.p + c->in.len, c->in.cap - c->in.len, 0);
+  if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+    if (c->in.len == 0) { /* nothing buffered: give the memory back */
+      gang__store_buf_free(&c->in);
+      recharge(s, c);
+    }
+    return 0;
+  }
+  if (r <= 0) {
+    if (r < 0)
+      GANG_INFO(STORE, "store server: %s: %s: closed", c->peer,
+                strerror(errno));
+    else
+      GANG_TRACE(STORE, "store server: %s disconnected", c->peer);
+    store_conn_close(s, c);
+    return -1;
+  }
+  c->in.len += (size_t)r;
+  return 1;
+}
+
+/* Skips the rest of a frame refused for memory. Returns 1 when done (the
+ * NO_MEMORY reply is queued) or progress was made, 0 on EAGAIN, -1 closed. */
+static int discard_read(gang_store_server *s, conn *c) {
+  uint8_t scratch[16384];
+  size_t want = c->discard < sizeof scratch ? c->discard : sizeof scratch;
+  ssize_t r = recv(c->fd, scratch, want, 0);
+  if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+    return 0;
+  if (r <= 0) {
+    store_conn_close(s, c);
+    return -1;
+  }
+  c->discard -= (size_t)r;
+  if (c->discard == 0) {
+    GANG_INFO(STORE,
+              "store server: %s: request of %zu bytes refused: memory cap "
+              "of %zu bytes reached (%zu in use)",
+              c->peer, c->discard_total, gang__kv_max(s->kv),
+              gang__kv_used(s->kv));
+    gang__store_rep_error(&c->out, GANG_STORE_RC_NO_MEMORY,
+                          "store: a request of %zu bytes does not fit under "
+                          "the server's memory cap of %zu bytes (%zu in use)",
+                          c->discard_total, gang__kv_max(s->kv),
+                          gang__kv_used(s->kv));
+    recharge(s, c);
+    c->started = c->expired = false;
+  }
+  return 1;
+}
+
+/* Sends pending output. Returns 1 when all sent, 0 on EAGAIN, -1 closed. */
+static int flush(gang_store_server *s, conn *c) {
+  while (c->out_off < c->out.len) {
+    ssize_t w = send(c->fd, c->out.p + c->out_off, c->out.len - c->out_off,
+                     MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return 0;
+    if (w < 0) {
+      GANG_INFO(STORE, "store server: write to %s: %s: closed", c->peer,
+                strerror(errno));
+      store_conn_close(s, c);
+      return -1;
+    }
+    c->out_off += (size_t)w;
+  }
+  gang__store_buf_free(&c->out);
+  c->out_off = 0;
+  recharge(s, c);
+  return 1;
+}
+
+/* Advances a connection as far as it can go without blocking; yields to
+ * others (via the runnable list) after a batch of requests. */
+void store_conn_run(gang_store_server *s, conn *c) {
+  int budget = 64;
+  while (!c->dead) {
+    if (c->out_off < c->out.len) {
+      if (flush(s, c) <= 0)
+        return;
+      continue;
+    }
+    if (c->parked)
+      return;
+    if (c->discard > 0) {
+      if (discard_read(s, c) <= 0)
+        return;
+      continue;
+    }
+    if (c->state != C_READY) {
+      if (handshake_read(s, c) <= 0)
+        return;
+      continue;
+    }
+    int r = run_request(s, c);
+    if (r < 0)
+      return;
+    if (r > 0) {
+      if (--budget == 0) {
+        make_runnable(s, c);
+        return;
+      }
+      continue;
+    }
+    if (request_read(s, c) <= 0)
+      return;
+  }
+}

@@ -1,0 +1,86 @@
+/* The store server's state, shared by its two files: server.c (start and
+ * stop, limits, the epoll loop, accepting) and server_conn.c (one
+ * connection: handshake, requests, replies). All of it is touched only by
+ * the server's one thread, after start and before stop, so nothing is
+ * locked. */
+#ifndef GANG_STORE_SERVER_IMPL_H
+#define GANG_STORE_SERVER_IMPL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gang/store.h"
+#include "kv.h"
+#include "proto.h"
+
+typedef enum { C_HELLO, C_AUTH, C_READY } conn_state;
+
+typedef struct conn conn;
+struct conn {
+  conn *prev, *next;       /* every connection */
+  conn *hs_prev, *hs_next; /* handshake list (deadline order) */
+  conn *pk_prev, *pk_next; /* parked list */
+  conn *run_next;          /* runnable list */
+  conn *dead_next;         /* to free at the end of the iteration */
+  int fd;
+  conn_state state;
+  bool in_hs, parked, runnable, dead;
+  bool started; /* the head request has begun (deadline fixed) */
+  bool expired; /* ... and its deadline passed */
+  int64_t hs_deadline, deadline;
+  uint8_t hs[GANG_STORE_CLIENT_HELLO_BYTES];
+  size_t hs_len;
+  uint8_t nonce_c[GANG_STORE_NONCE_BYTES], nonce_s[GANG_STORE_NONCE_BYTES];
+  gang__store_buf in, out;
+  size_t out_off;
+  size_t charged; /* in.cap + out.cap, as charged to the kv */
+  size_t discard; /* bytes of a refused frame still to skip */
+  size_t discard_total;
+  gang__kv_park park;
+  char peer[64];
+};
+
+struct gang_store_server {
+  pthread_t thread;
+  int epfd, lfd, evfd;
+  int port;
+  char host[256];
+  char *secret; /* NULL = no auth */
+  gang__store_caps caps;
+  int max_clients;
+  int64_t hs_timeout_ms;
+  gang__kv *kv;
+  conn *all;
+  int nconns;
+  conn *hs_head, *hs_tail;
+  conn *parked;
+  conn *run_head, *run_tail;
+  conn *dead;
+  bool accept_paused;
+  int64_t accept_resume;
+  int64_t last_full_warn;
+};
+
+/* Makes a connection of the accepted socket fd, which it owns from now on
+ * (closed if the connection cannot be registered, with a WARN), and starts
+ * its handshake deadline from `now`. */
+void store_conn_open(gang_store_server *s, int fd, int64_t now);
+
+/* Advances a connection as far as it can go without blocking; yields to
+ * others (via the runnable list) after a batch of requests. */
+void store_conn_run(gang_store_server *s, conn *c);
+
+/* Closes the socket, leaves every list and puts c on s->dead to be freed at
+ * the end of the loop iteration. Safe on a closed connection. */
+void store_conn_close(gang_store_server *s, conn *c);
+
+/* The parked request's deadline passed: unparks it and makes it runnable,
+ * to be answered TIMEOUT. */
+void store_conn_expire(gang_store_server *s, conn *c);
+
+/* The kv's wake callback (owner: the conn, ctx: the server). */
+void store_conn_on_wake(void *owner, void *ctx);
+
+#endif
