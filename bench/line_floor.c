@@ -28,7 +28,7 @@
  *
  * Each process waits for the other's lines one at a time, in the order
  * they were written. LINE_FLOOR_ALL: it reads every line in each pass
- * instead, as gang's flagged steps did before session 10. LINE_FLOOR_LEAD:
+ * instead, as gang's flagged steps did before 2c12d3a. LINE_FLOOR_LEAD:
  * it waits for the first line alone, then reads every line in each pass,
  * as gang's steps of three lines and more do since (docs/shm.md). The two
  * exclude each other. */
