@@ -11,7 +11,7 @@
  * figure printed is the median over iterations of the larger of the two
  * processes' times, as bench/compare takes it, followed by the loop's
  * period (the first process's whole timed loop over the iterations), and
- * tools/gang-bench/arrival.h's two parts of the first figure: the spread of the
+ * bench/lib/arrival.h's two parts of the first figure: the spread of the
  * two entries and the time from the later entry to the later exit, the
  * exchange's own cost whatever phase the loop settles into. With one
  * line this is the exchange a 2-rank barrier or small all_reduce cannot beat on
@@ -28,7 +28,7 @@
  *
  * Each process waits for the other's lines one at a time, in the order
  * they were written. LINE_FLOOR_ALL: it reads every line in each pass
- * instead, as gang's flagged steps did before session 10. LINE_FLOOR_LEAD:
+ * instead, as gang's flagged steps did before 2c12d3a. LINE_FLOOR_LEAD:
  * it waits for the first line alone, then reads every line in each pass,
  * as gang's steps of three lines and more do since (docs/shm.md). The two
  * exclude each other. */
@@ -44,7 +44,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../tools/gang-bench/arrival.h"
+#include "lib/arrival.h"
 #include "floor_util.h"
 
 #define SLOTS 16     /* iterations before a line is reused */
@@ -88,7 +88,7 @@ int main(int argc, char **argv) {
   }
   shared *s = mmap(NULL, sizeof *s, PROT_READ | PROT_WRITE,
                    MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  /* Per process: the iterations' times, then tools/gang-bench/arrival.h's
+  /* Per process: the iterations' times, then bench/lib/arrival.h's
    * record. */
   size_t per = 4 * (size_t)iters;
   double *times = mmap(NULL, 2 * per * sizeof *times, PROT_READ | PROT_WRITE,

@@ -1,6 +1,6 @@
 // gang-bench's measurement for Gloo (Debian's libgloo-dev, TCP transport),
-// for bench/compare. The driver, values, checks and output are
-// peer_bench.c's; here are only the calls.
+// for bench/compare. The driver, values, checks and output are bench/lib's;
+// here are only the calls.
 //
 // Ranks are started by the caller with RANK and WORLD_SIZE set, and meet
 // through Gloo's file store in GLOO_STORE_DIR (a fresh directory per run;
@@ -45,9 +45,24 @@
 #include <gloo/rendezvous/file_store.h>
 #include <gloo/transport/tcp/device.h>
 
-#include "peer_bench.h"
+#include "bench.h"
 
 namespace {
+
+// The types and operations the algorithms here are instantiated for:
+// gang-bench's half, bfloat16 and int16 are left out, and avg (gang's MEAN),
+// which Gloo does not have.
+const bench_program kProgram = {
+    "gloo_bench",
+    "gang-bench's measurement of one collective for Gloo; start one "
+    "process\nper rank with RANK, WORLD_SIZE and GLOO_STORE_DIR set "
+    "(bench/compare does).\n",
+    1u << BENCH_FLOAT | 1u << BENCH_DOUBLE | 1u << BENCH_INT8 |
+        1u << BENCH_UINT8 | 1u << BENCH_INT32 | 1u << BENCH_UINT32 |
+        1u << BENCH_INT64 | 1u << BENCH_UINT64,
+    1u << BENCH_SUM | 1u << BENCH_PROD | 1u << BENCH_MIN | 1u << BENCH_MAX,
+    1,
+};
 
 const char *const kAlgos[] = {"ring",           "ring_chunked",
                               "halving_doubling", "bcube",
@@ -56,7 +71,7 @@ constexpr int kNumAlgos = sizeof kAlgos / sizeof kAlgos[0];
 
 struct State {
   std::shared_ptr<gloo::rendezvous::Context> ctx;
-  const pb_args *args = nullptr;
+  const bench_args *args = nullptr;
   // The row's plan, built by setup.
   std::unique_ptr<gloo::Algorithm> algo;
   std::unique_ptr<gloo::AllreduceOptions> ar;
@@ -67,7 +82,7 @@ struct State {
   unsigned char *work = nullptr; // where an in-place algorithm runs
 };
 
-int algo_index(const State *st, const pb_call *c) {
+int algo_index(const State *st, const bench_call *c) {
   const char *name = c->algo >= 0 ? st->args->algos[c->algo] : "allreduce_ring";
   for (int k = 0; k < kNumAlgos; k++)
     if (std::strcmp(name, kAlgos[k]) == 0)
@@ -75,13 +90,13 @@ int algo_index(const State *st, const pb_call *c) {
   return -1;
 }
 
-template <typename T> const gloo::ReductionFunction<T> *fn_of(pb_op op) {
+template <typename T> const gloo::ReductionFunction<T> *fn_of(bench_op op) {
   switch (op) {
-  case PB_PROD:
+  case BENCH_PROD:
     return gloo::ReductionFunction<T>::product;
-  case PB_MIN:
+  case BENCH_MIN:
     return gloo::ReductionFunction<T>::min;
-  case PB_MAX:
+  case BENCH_MAX:
     return gloo::ReductionFunction<T>::max;
   default:
     return gloo::ReductionFunction<T>::sum;
@@ -94,31 +109,31 @@ void reduce_fn(void *out, const void *a, const void *b, size_t n) {
   T *o = static_cast<T *>(out);
   const T *x = static_cast<const T *>(a), *y = static_cast<const T *>(b);
   for (size_t i = 0; i < n; i++) {
-    if (OP == PB_PROD)
+    if (OP == BENCH_PROD)
       o[i] = x[i] * y[i];
-    else if (OP == PB_MIN)
+    else if (OP == BENCH_MIN)
       o[i] = y[i] < x[i] ? y[i] : x[i];
-    else if (OP == PB_MAX)
+    else if (OP == BENCH_MAX)
       o[i] = y[i] > x[i] ? y[i] : x[i];
     else
       o[i] = x[i] + y[i];
   }
 }
 
-template <typename T> gloo::AllreduceOptions::Func func_of(pb_op op) {
+template <typename T> gloo::AllreduceOptions::Func func_of(bench_op op) {
   switch (op) {
-  case PB_PROD:
-    return reduce_fn<T, PB_PROD>;
-  case PB_MIN:
-    return reduce_fn<T, PB_MIN>;
-  case PB_MAX:
-    return reduce_fn<T, PB_MAX>;
+  case BENCH_PROD:
+    return reduce_fn<T, BENCH_PROD>;
+  case BENCH_MIN:
+    return reduce_fn<T, BENCH_MIN>;
+  case BENCH_MAX:
+    return reduce_fn<T, BENCH_MAX>;
   default:
-    return reduce_fn<T, PB_SUM>;
+    return reduce_fn<T, BENCH_SUM>;
   }
 }
 
-template <typename T> int setup_t(State *st, const pb_call *c) {
+template <typename T> int setup_t(State *st, const bench_call *c) {
   auto &ctx = st->ctx;
   const int n = ctx->size, r = ctx->rank;
   T *recv = reinterpret_cast<T *>(c->recv);
@@ -126,7 +141,7 @@ template <typename T> int setup_t(State *st, const pb_call *c) {
   const int count = static_cast<int>(c->s.count);
   const size_t per = c->s.per;
   switch (c->coll) {
-  case PB_ALL_REDUCE: {
+  case BENCH_ALL_REDUCE: {
     int k = algo_index(st, c);
     if (k >= 4) { // options API: native placements
       st->ar.reset(new gloo::AllreduceOptions(ctx));
@@ -151,7 +166,7 @@ template <typename T> int setup_t(State *st, const pb_call *c) {
       st->algo.reset(new gloo::AllreduceBcube<T>(ctx, ptrs, count, fn));
     return 0;
   }
-  case PB_REDUCE_SCATTER: {
+  case BENCH_REDUCE_SCATTER: {
     st->work = c->inplace ? c->recv : c->stage;
     std::vector<T *> ptrs{reinterpret_cast<T *>(st->work)};
     std::vector<int> elems(static_cast<size_t>(n), static_cast<int>(per));
@@ -159,26 +174,26 @@ template <typename T> int setup_t(State *st, const pb_call *c) {
         ctx, ptrs, count, elems, fn_of<T>(c->op)));
     return 0;
   }
-  case PB_ALL_GATHER:
+  case BENCH_ALL_GATHER:
     st->ag.reset(new gloo::AllgatherOptions(ctx));
     st->ag->setInput(c->inplace ? recv + static_cast<size_t>(r) * per : send,
                      per);
     st->ag->setOutput(recv, c->s.count);
     return 0;
-  case PB_BROADCAST:
+  case BENCH_BROADCAST:
     st->bc.reset(new gloo::BroadcastOptions(ctx));
     st->bc->setRoot(c->root);
     if (!c->inplace && r == c->root)
       st->bc->setInput(send, c->s.count);
     st->bc->setOutput(recv, c->s.count);
     return 0;
-  case PB_ALL_TO_ALL:
+  case BENCH_ALL_TO_ALL:
     st->aa.reset(new gloo::AlltoallOptions(ctx));
     st->aa->setInput(c->inplace ? reinterpret_cast<T *>(c->stage) : send,
                      c->s.count);
     st->aa->setOutput(recv, c->s.count);
     return 0;
-  case PB_BARRIER:
+  case BENCH_BARRIER:
     st->bar.reset(new gloo::BarrierOptions(ctx));
     return 0;
   default:
@@ -186,44 +201,44 @@ template <typename T> int setup_t(State *st, const pb_call *c) {
   }
 }
 
-int gloo_setup(void *p, const pb_call *c) {
+int gloo_setup(void *p, const bench_call *c) {
   State *st = static_cast<State *>(p);
-  if (c->coll == PB_ALL_REDUCE && algo_index(st, c) < 0) {
+  if (c->coll == BENCH_ALL_REDUCE && algo_index(st, c) < 0) {
     std::fprintf(stderr, "gloo_bench: -A: unknown algorithm '%s'\n",
                  st->args->algos[c->algo]);
     return 1;
   }
   try {
     switch (c->dtype) {
-    case PB_FLOAT:
+    case BENCH_FLOAT:
       return setup_t<float>(st, c);
-    case PB_DOUBLE:
+    case BENCH_DOUBLE:
       return setup_t<double>(st, c);
-    case PB_INT8:
+    case BENCH_INT8:
       return setup_t<int8_t>(st, c);
-    case PB_UINT8:
+    case BENCH_UINT8:
       return setup_t<uint8_t>(st, c);
-    case PB_INT32:
+    case BENCH_INT32:
       return setup_t<int32_t>(st, c);
-    case PB_UINT32:
+    case BENCH_UINT32:
       return setup_t<uint32_t>(st, c);
-    case PB_INT64:
+    case BENCH_INT64:
       return setup_t<int64_t>(st, c);
     default:
       return setup_t<uint64_t>(st, c);
     }
   } catch (const std::exception &e) {
     std::fprintf(stderr, "gloo_bench: setting up %s: %s\n",
-                 pb_coll_name(c->coll), e.what());
+                 bench_coll_name(c->coll), e.what());
     return 1;
   }
 }
 
-int gloo_run(void *p, const pb_call *c) {
+int gloo_run(void *p, const bench_call *c) {
   State *st = static_cast<State *>(p);
   try {
     switch (c->coll) {
-    case PB_ALL_REDUCE:
+    case BENCH_ALL_REDUCE:
       if (st->ar) {
         gloo::allreduce(*st->ar);
       } else {
@@ -232,29 +247,29 @@ int gloo_run(void *p, const pb_call *c) {
         st->algo->run();
       }
       return 0;
-    case PB_REDUCE_SCATTER: {
+    case BENCH_REDUCE_SCATTER: {
       if (!c->inplace)
         std::memcpy(c->stage, c->send, c->s.bytes);
       st->algo->run();
       if (!c->inplace) {
-        size_t block = c->s.per * pb_dtype_size(c->dtype);
+        size_t block = c->s.per * bench_dtype_size(c->dtype);
         std::memcpy(c->recv, c->stage + static_cast<size_t>(st->ctx->rank) * block,
                     block);
       }
       return 0;
     }
-    case PB_ALL_GATHER:
+    case BENCH_ALL_GATHER:
       gloo::allgather(*st->ag);
       return 0;
-    case PB_BROADCAST:
+    case BENCH_BROADCAST:
       gloo::broadcast(*st->bc);
       return 0;
-    case PB_ALL_TO_ALL:
+    case BENCH_ALL_TO_ALL:
       if (c->inplace)
         std::memcpy(c->stage, c->recv, c->s.bytes);
       gloo::alltoall(*st->aa);
       return 0;
-    case PB_BARRIER:
+    case BENCH_BARRIER:
       gloo::barrier(*st->bar);
       return 0;
     default:
@@ -262,12 +277,12 @@ int gloo_run(void *p, const pb_call *c) {
     }
   } catch (const std::exception &e) {
     std::fprintf(stderr, "gloo_bench rank %d: %s: %s\n", st->ctx->rank,
-                 pb_coll_name(c->coll), e.what());
+                 bench_coll_name(c->coll), e.what());
     return 1;
   }
 }
 
-void gloo_teardown(void *p, const pb_call *) {
+void gloo_teardown(void *p, const bench_call *) {
   State *st = static_cast<State *>(p);
   st->algo.reset();
   st->ar.reset();
@@ -293,13 +308,13 @@ template <typename T, int OP> int reduce_here(State *st, T *v, size_t n) {
 }
 
 int gloo_max_f64(void *p, double *v, size_t n) {
-  return reduce_here<double, PB_MAX>(static_cast<State *>(p), v, n);
+  return reduce_here<double, BENCH_MAX>(static_cast<State *>(p), v, n);
 }
 int gloo_sum_i64(void *p, int64_t *v, size_t n) {
-  return reduce_here<int64_t, PB_SUM>(static_cast<State *>(p), v, n);
+  return reduce_here<int64_t, BENCH_SUM>(static_cast<State *>(p), v, n);
 }
 int gloo_min_i64(void *p, int64_t *v, size_t n) {
-  return reduce_here<int64_t, PB_MIN>(static_cast<State *>(p), v, n);
+  return reduce_here<int64_t, BENCH_MIN>(static_cast<State *>(p), v, n);
 }
 int gloo_barrier(void *p) {
   try {
@@ -320,8 +335,8 @@ int env_int(const char *name, int dflt) {
 } // namespace
 
 int main(int argc, char **argv) {
-  pb_args a;
-  int rc = pb_parse_args(argc, argv, "gloo_bench", &a);
+  bench_args a;
+  int rc = bench_parse_args(argc, argv, &kProgram, &a);
   if (rc != 0)
     return rc < 0 ? 0 : rc;
   for (int k = 0; k < a.nalgos; k++) {
@@ -337,7 +352,7 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  if (a.nalgos > 0 && a.coll != PB_ALL_REDUCE) {
+  if (a.nalgos > 0 && a.coll != BENCH_ALL_REDUCE) {
     std::fprintf(stderr, "gloo_bench: -A applies to all_reduce only\n");
     return 2;
   }
@@ -368,7 +383,8 @@ int main(int argc, char **argv) {
   char lib[32];
   std::snprintf(lib, sizeof lib, "Gloo %d.%d.%d", GLOO_VERSION_MAJOR,
                 GLOO_VERSION_MINOR, GLOO_VERSION_PATCH);
-  pb_backend b = {};
+  bench_backend b = {};
+  b.program = kProgram.name;
   b.library = lib;
   b.rank = rank;
   b.size = size;
@@ -380,5 +396,5 @@ int main(int argc, char **argv) {
   b.sum_i64 = gloo_sum_i64;
   b.min_i64 = gloo_min_i64;
   b.barrier = gloo_barrier;
-  return pb_run(&b, &a);
+  return bench_run(&b, &a);
 }

@@ -1,6 +1,6 @@
 /* gang-bench's measurement for MPI (Open MPI and MPICH: this one source is
  * compiled with each library's mpicc), for bench/compare. The driver,
- * values, checks and output are peer_bench.c's; here are only the calls.
+ * values, checks and output are bench/lib's; here are only the calls.
  *
  * Placements use MPI's own forms: MPI_IN_PLACE for all_reduce, all_gather
  * (the input is this rank's block of the output), reduce_scatter (the
@@ -12,36 +12,51 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "peer_bench.h"
+#include "bench.h"
 
-static MPI_Datatype mpi_type(pb_dtype t) {
+/* The types and operations MPI has natively: gang-bench's half, bfloat16
+ * and int16 are left out, and avg (gang's MEAN), which MPI does not have. */
+static const bench_program program = {
+    .name = "mpi_bench",
+    .about = "gang-bench's measurement of one collective for MPI (Open MPI "
+             "or MPICH);\nstart one process per rank with the library's "
+             "mpirun.\n",
+    .dtypes = 1u << BENCH_FLOAT | 1u << BENCH_DOUBLE | 1u << BENCH_INT8 |
+              1u << BENCH_UINT8 | 1u << BENCH_INT32 | 1u << BENCH_UINT32 |
+              1u << BENCH_INT64 | 1u << BENCH_UINT64,
+    .ops = 1u << BENCH_SUM | 1u << BENCH_PROD | 1u << BENCH_MIN |
+           1u << BENCH_MAX,
+    .algos = 1,
+};
+
+static MPI_Datatype mpi_type(bench_dtype t) {
   switch (t) {
-  case PB_FLOAT:
+  case BENCH_FLOAT:
     return MPI_FLOAT;
-  case PB_DOUBLE:
+  case BENCH_DOUBLE:
     return MPI_DOUBLE;
-  case PB_INT8:
+  case BENCH_INT8:
     return MPI_INT8_T;
-  case PB_UINT8:
+  case BENCH_UINT8:
     return MPI_UINT8_T;
-  case PB_INT32:
+  case BENCH_INT32:
     return MPI_INT32_T;
-  case PB_UINT32:
+  case BENCH_UINT32:
     return MPI_UINT32_T;
-  case PB_INT64:
+  case BENCH_INT64:
     return MPI_INT64_T;
   default:
     return MPI_UINT64_T;
   }
 }
 
-static MPI_Op mpi_op(pb_op op) {
+static MPI_Op mpi_op(bench_op op) {
   switch (op) {
-  case PB_PROD:
+  case BENCH_PROD:
     return MPI_PROD;
-  case PB_MIN:
+  case BENCH_MIN:
     return MPI_MIN;
-  case PB_MAX:
+  case BENCH_MAX:
     return MPI_MAX;
   default:
     return MPI_SUM;
@@ -60,36 +75,36 @@ static int check(int err, const char *what) {
 
 /* The counts are below 2^31 for every size the driver accepts on the
  * 2-core machines this runs on; larger ones would need MPI-4's _c calls. */
-static int mpi_run(void *ctx, const pb_call *c) {
+static int mpi_run(void *ctx, const bench_call *c) {
   (void)ctx;
   MPI_Comm w = MPI_COMM_WORLD;
   MPI_Datatype t = mpi_type(c->dtype);
   int count = (int)c->s.count, per = (int)c->s.per;
   switch (c->coll) {
-  case PB_ALL_REDUCE:
+  case BENCH_ALL_REDUCE:
     return check(MPI_Allreduce(c->inplace ? MPI_IN_PLACE : c->send, c->recv,
                                count, t, mpi_op(c->op), w),
                  "MPI_Allreduce");
-  case PB_ALL_GATHER:
+  case BENCH_ALL_GATHER:
     return check(MPI_Allgather(c->inplace ? MPI_IN_PLACE : c->send, per, t,
                                c->recv, per, t, w),
                  "MPI_Allgather");
-  case PB_REDUCE_SCATTER:
+  case BENCH_REDUCE_SCATTER:
     return check(MPI_Reduce_scatter_block(c->inplace ? MPI_IN_PLACE : c->send,
                                           c->recv, per, t, mpi_op(c->op), w),
                  "MPI_Reduce_scatter_block");
-  case PB_BROADCAST: {
+  case BENCH_BROADCAST: {
     int rank;
     MPI_Comm_rank(w, &rank);
     if (!c->inplace && rank == c->root)
       memcpy(c->recv, c->send, c->s.bytes);
     return check(MPI_Bcast(c->recv, count, t, c->root, w), "MPI_Bcast");
   }
-  case PB_ALL_TO_ALL:
+  case BENCH_ALL_TO_ALL:
     return check(MPI_Alltoall(c->inplace ? MPI_IN_PLACE : c->send, per, t,
                               c->recv, per, t, w),
                  "MPI_Alltoall");
-  case PB_BARRIER:
+  case BENCH_BARRIER:
     return check(MPI_Barrier(w), "MPI_Barrier");
   default:
     return 1;
@@ -147,8 +162,8 @@ static void library_name(char *out, size_t cap) {
 int main(int argc, char **argv) {
   /* Flags first, before MPI_Init, so that a bad flag exits 2 on every rank
    * without the launcher's abort noise. */
-  pb_args a;
-  int rc = pb_parse_args(argc, argv, "mpi_bench", &a);
+  bench_args a;
+  int rc = bench_parse_args(argc, argv, &program, &a);
   if (rc != 0)
     return rc < 0 ? 0 : rc;
   if (a.nalgos > 0) {
@@ -161,16 +176,17 @@ int main(int argc, char **argv) {
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   char lib[64];
   library_name(lib, sizeof lib);
-  pb_backend b = {.library = lib,
-                  .reduce_scatter_inplace_at_start = 1,
-                  .run = mpi_run,
-                  .max_f64 = mpi_max_f64,
-                  .sum_i64 = mpi_sum_i64,
-                  .min_i64 = mpi_min_i64,
-                  .barrier = mpi_barrier};
+  bench_backend b = {.program = program.name,
+                     .library = lib,
+                     .reduce_scatter_inplace_at_start = 1,
+                     .run = mpi_run,
+                     .max_f64 = mpi_max_f64,
+                     .sum_i64 = mpi_sum_i64,
+                     .min_i64 = mpi_min_i64,
+                     .barrier = mpi_barrier};
   MPI_Comm_rank(MPI_COMM_WORLD, &b.rank);
   MPI_Comm_size(MPI_COMM_WORLD, &b.size);
-  rc = pb_run(&b, &a);
+  rc = bench_run(&b, &a);
   /* One rank's failure must not leave the others in a collective. */
   if (rc == 1)
     MPI_Abort(MPI_COMM_WORLD, 1);

@@ -1,81 +1,98 @@
-/* gang-bench command line: nccl-tests' flags and defaults (STYLE.md rule
- * 22), plus --op to pick the collective, since one binary measures all of
- * them. Every rank parses the same argv before joining the gang, so a bad
- * flag ends every rank with status 2 without any rendezvous. */
+/* The command line every benchmark program takes: nccl-tests' flags and
+ * defaults (STYLE.md rule 22), plus --op to pick the collective, since one
+ * binary measures all of them, and the names of collectives, types and
+ * reduce operations. A program narrows the types and operations to those
+ * its library has (bench_program). */
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
 #include "bench.h"
 
-static const char *const coll_names[COLL_COUNT] = {
+static const char *const coll_names[BENCH_NCOLL] = {
     "all_reduce", "all_gather", "reduce_scatter",
     "broadcast",  "all_to_all", "barrier"};
 
 const char *bench_coll_name(bench_coll c) {
-  return (unsigned)c < COLL_COUNT ? coll_names[c] : "invalid";
+  return (unsigned)c < BENCH_NCOLL ? coll_names[c] : "invalid";
 }
 
-/* nccl-tests' spellings first, then gang's own (gang_dtype_name). */
+int bench_reduces(bench_coll c) {
+  return c == BENCH_ALL_REDUCE || c == BENCH_REDUCE_SCATTER;
+}
+
+/* nccl-tests' spellings first, one per type in bench_dtype's order (how
+ * types are printed), then gang's own (gang_dtype_name) and the usual
+ * short forms. */
 static const struct {
   const char *name;
-  gang_dtype dt;
+  bench_dtype t;
 } dtype_names[] = {
-    {"float", GANG_FLOAT32},   {"double", GANG_FLOAT64},
-    {"half", GANG_FLOAT16},    {"bfloat16", GANG_BFLOAT16},
-    {"int8", GANG_INT8},       {"uint8", GANG_UINT8},
-    {"int16", GANG_INT16},     {"int32", GANG_INT32},
-    {"uint32", GANG_UINT32},   {"int64", GANG_INT64},
-    {"uint64", GANG_UINT64},   {"float32", GANG_FLOAT32},
-    {"float64", GANG_FLOAT64}, {"float16", GANG_FLOAT16},
-    {"int", GANG_INT32},       {"bf16", GANG_BFLOAT16},
-    {"fp16", GANG_FLOAT16},    {"fp32", GANG_FLOAT32},
-    {"fp64", GANG_FLOAT64},
+    {"float", BENCH_FLOAT},     {"double", BENCH_DOUBLE},
+    {"half", BENCH_HALF},       {"bfloat16", BENCH_BFLOAT16},
+    {"int8", BENCH_INT8},       {"uint8", BENCH_UINT8},
+    {"int16", BENCH_INT16},     {"int32", BENCH_INT32},
+    {"uint32", BENCH_UINT32},   {"int64", BENCH_INT64},
+    {"uint64", BENCH_UINT64},   {"float32", BENCH_FLOAT},
+    {"float64", BENCH_DOUBLE},  {"float16", BENCH_HALF},
+    {"int", BENCH_INT32},       {"bf16", BENCH_BFLOAT16},
+    {"fp16", BENCH_HALF},       {"fp32", BENCH_FLOAT},
+    {"fp64", BENCH_DOUBLE},
 };
 #define NDTYPE_NAMES (sizeof dtype_names / sizeof dtype_names[0])
-/* The first entries, one per type, are what "-d all" runs and how types
- * are printed. */
-#define NDTYPES_DISTINCT 11
+static const size_t dtype_sizes[BENCH_NDTYPE] = {4, 8, 2, 2, 1, 1,
+                                                 2, 4, 4, 8, 8};
 
 static const struct {
   const char *name;
-  gang_reduce_op op;
+  bench_op op;
 } op_names[] = {
-    {"sum", GANG_SUM},   {"prod", GANG_PRODUCT}, {"min", GANG_MIN},
-    {"max", GANG_MAX},   {"avg", GANG_MEAN},     {"product", GANG_PRODUCT},
-    {"mean", GANG_MEAN},
+    {"sum", BENCH_SUM},       {"prod", BENCH_PROD}, {"min", BENCH_MIN},
+    {"max", BENCH_MAX},       {"avg", BENCH_AVG},   {"product", BENCH_PROD},
+    {"mean", BENCH_AVG},
 };
 #define NOP_NAMES (sizeof op_names / sizeof op_names[0])
-#define NOPS_DISTINCT 5
 
-const char *bench_dtype_name(gang_dtype dt) {
-  for (size_t i = 0; i < NDTYPES_DISTINCT; i++)
-    if (dtype_names[i].dt == dt)
-      return dtype_names[i].name;
-  return "invalid";
+const char *bench_dtype_name(bench_dtype t) {
+  return (unsigned)t < BENCH_NDTYPE ? dtype_names[t].name : "invalid";
 }
 
-const char *bench_op_name(gang_reduce_op op) {
-  for (size_t i = 0; i < NOPS_DISTINCT; i++)
-    if (op_names[i].op == op)
-      return op_names[i].name;
-  return "invalid";
+size_t bench_dtype_size(bench_dtype t) {
+  return (unsigned)t < BENCH_NDTYPE ? dtype_sizes[t] : 0;
 }
 
-static void usage(FILE *out) {
+const char *bench_op_name(bench_op op) {
+  return (unsigned)op < BENCH_NOP ? op_names[op].name : "invalid";
+}
+
+/* "float|double|...|all (default float)" for the types or operations in
+ * `mask`, wrapped under the flags' help column at 72 characters. */
+static void print_choices(FILE *out, unsigned mask, int dtypes) {
+  int n = dtypes ? BENCH_NDTYPE : BENCH_NOP, col = 24;
+  for (int k = 0; k < n; k++) {
+    if (!(mask & (1u << k)))
+      continue;
+    const char *name = dtypes ? dtype_names[k].name : op_names[k].name;
+    int len = (int)strlen(name) + 1;
+    if (col + len > 72) {
+      fprintf(out, "\n%24s", "");
+      col = 24;
+    }
+    fprintf(out, "%s|", name);
+    col += len;
+  }
+  fprintf(out, "all (default %s)\n", dtypes ? "float" : "sum");
+}
+
+static void usage(FILE *out, const bench_program *p) {
+  fprintf(out, "usage: %s [options]\n%s\n", p->name, p->about);
   fprintf(
       out,
-      "usage: gang-bench [options]\n"
-      "Measures one gang collective over a range of sizes, nccl-tests "
-      "style.\n"
-      "Run one process per rank (gangrun, torchrun, srun, mpirun, or by "
-      "hand\n"
-      "with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT); rank 0 prints.\n"
-      "\n"
       "  -b, --minbytes N      smallest size (default 8); k, M, G suffixes\n"
       "  -e, --maxbytes N      largest size (default 64M)\n"
       "  -f, --stepfactor F    multiply the size by F each step (default "
@@ -83,11 +100,13 @@ static void usage(FILE *out) {
       "  -i, --stepbytes N     add N bytes each step instead of -f\n"
       "  -n, --iters N         timed iterations per size (default 20)\n"
       "  -w, --warmup_iters N  untimed iterations first (default 5)\n"
-      "  -c, --check 0|1       verify every element (default 1)\n"
-      "  -o, --redop OP        sum|prod|min|max|avg|all (default sum)\n"
-      "  -d, --datatype T      float|double|half|bfloat16|int8|uint8|int16|\n"
-      "                        int32|uint32|int64|uint64|all (default "
-      "float)\n"
+      "  -c, --check 0|1       verify every element (default 1)\n");
+  fprintf(out, "  -o, --redop OP        ");
+  print_choices(out, p->ops, 0);
+  fprintf(out, "  -d, --datatype T      ");
+  print_choices(out, p->dtypes, 1);
+  fprintf(
+      out,
       "  -r, --root R          broadcast source rank, or all (default 0)\n"
       "      --op COLL         all_reduce|all_gather|reduce_scatter|"
       "broadcast|\n"
@@ -100,15 +119,23 @@ static void usage(FILE *out) {
       "                        (medians; every rank on one machine)\n"
       "      --late-us N       rank 0 enters each timed call N us after the\n"
       "                        others (their CPU use while they wait is the\n"
-      "                        JSON's cpu_frac)\n"
-      "  -h, --help            this text\n"
-      "\n"
-      "Exit status: 0 all good, 1 wrong results or a failed collective, "
-      "2 usage.\n");
+      "                        JSON's cpu_frac)\n");
+  if (p->algos)
+    fprintf(out,
+            "  -A, --algo NAME[,NAME...]\n"
+            "                        the library's algorithms to measure in "
+            "turn\n");
+  fprintf(out, "  -h, --help            this text\n"
+               "\n"
+               "Exit status: 0 all good, 1 wrong results or a failed "
+               "collective, 2 usage.\n");
 }
 
+static const char *prog_name = "bench";
+
 static int bad(const char *flag, const char *value, const char *why) {
-  fprintf(stderr, "gang-bench: %s: '%s' %s (see --help)\n", flag, value, why);
+  fprintf(stderr, "%s: %s: '%s' %s (see --help)\n", prog_name, flag, value,
+          why);
   return 2;
 }
 
@@ -162,36 +189,56 @@ static int parse_int(const char *flag, const char *s, long lo, long hi,
   return 0;
 }
 
-static int parse_dtypes(const char *flag, const char *s, bench_args *a) {
+/* A type name, or "all": every type the program has. */
+static int parse_dtypes(const char *flag, const char *s, unsigned mask,
+                        bench_args *a) {
   if (strcasecmp(s, "all") == 0) {
-    for (size_t i = 0; i < NDTYPES_DISTINCT; i++)
-      a->dtypes[i] = dtype_names[i].dt;
-    a->ndtypes = NDTYPES_DISTINCT;
+    a->ndtypes = 0;
+    for (int t = 0; t < BENCH_NDTYPE; t++)
+      if (mask & (1u << t))
+        a->dtypes[a->ndtypes++] = (bench_dtype)t;
     return 0;
   }
   for (size_t i = 0; i < NDTYPE_NAMES; i++)
     if (strcasecmp(s, dtype_names[i].name) == 0) {
-      a->dtypes[0] = dtype_names[i].dt;
+      if (!(mask & (1u << dtype_names[i].t)))
+        return bad(flag, s, "is not a data type of this library");
+      a->dtypes[0] = dtype_names[i].t;
       a->ndtypes = 1;
       return 0;
     }
   return bad(flag, s, "is not a data type");
 }
 
-static int parse_ops(const char *flag, const char *s, bench_args *a) {
+static int parse_ops(const char *flag, const char *s, unsigned mask,
+                     bench_args *a) {
   if (strcasecmp(s, "all") == 0) {
-    for (size_t i = 0; i < NOPS_DISTINCT; i++)
-      a->ops[i] = op_names[i].op;
-    a->nops = NOPS_DISTINCT;
+    a->nops = 0;
+    for (int op = 0; op < BENCH_NOP; op++)
+      if (mask & (1u << op))
+        a->ops[a->nops++] = (bench_op)op;
     return 0;
   }
   for (size_t i = 0; i < NOP_NAMES; i++)
     if (strcasecmp(s, op_names[i].name) == 0) {
+      if (!(mask & (1u << op_names[i].op)))
+        return bad(flag, s, "is not a reduce operation of this library");
       a->ops[0] = op_names[i].op;
       a->nops = 1;
       return 0;
     }
   return bad(flag, s, "is not a reduce operation");
+}
+
+/* A comma list; the names point into argv, which outlives the run. */
+static int parse_algos(const char *flag, char *s, bench_args *a) {
+  a->nalgos = 0;
+  for (char *tok = strtok(s, ","); tok != NULL; tok = strtok(NULL, ",")) {
+    if (a->nalgos == BENCH_MAX_ALGOS)
+      return bad(flag, tok, "is one algorithm too many");
+    a->algos[a->nalgos++] = tok;
+  }
+  return 0;
 }
 
 enum {
@@ -203,7 +250,9 @@ enum {
   OPT_LATE
 };
 
-int bench_parse_args(int argc, char **argv, bench_args *a) {
+int bench_parse_args(int argc, char **argv, const bench_program *p,
+                     bench_args *a) {
+  prog_name = p->name;
   *a = (bench_args){.min_bytes = 8,
                     .max_bytes = 64u << 20,
                     .step_factor = 2,
@@ -213,10 +262,10 @@ int bench_parse_args(int argc, char **argv, bench_args *a) {
                     .root = 0,
                     .inplace = 1,
                     .outplace = 1,
-                    .coll = COLL_ALL_REDUCE,
-                    .dtypes = {GANG_FLOAT32},
+                    .coll = BENCH_ALL_REDUCE,
+                    .dtypes = {BENCH_FLOAT},
                     .ndtypes = 1,
-                    .ops = {GANG_SUM},
+                    .ops = {BENCH_SUM},
                     .nops = 1};
   static const struct option longs[] = {
       {"minbytes", required_argument, NULL, 'b'},
@@ -236,16 +285,24 @@ int bench_parse_args(int argc, char **argv, bench_args *a) {
       {"arrival", no_argument, NULL, OPT_ARRIVAL},
       {"late-us", required_argument, NULL, OPT_LATE},
       {"help", no_argument, NULL, 'h'},
+      {"algo", required_argument, NULL, 'A'}, /* last: only if p->algos */
       {NULL, 0, NULL, 0}};
+  enum { NLONGS = sizeof longs / sizeof longs[0] };
+  struct option opts[NLONGS];
+  memcpy(opts, longs, sizeof longs);
+  if (!p->algos)
+    opts[NLONGS - 2] = (struct option){NULL, 0, NULL, 0};
   int only_in = 0, only_out = 0;
   opterr = 0; /* our messages name the flag and exit 2 */
   optind = 1;
   int c;
-  while ((c = getopt_long(argc, argv, ":b:e:f:i:n:w:c:o:d:r:h", longs, NULL)) !=
-         -1) {
+  while ((c = getopt_long(argc, argv,
+                          p->algos ? ":b:e:f:i:n:w:c:o:d:r:A:h"
+                                   : ":b:e:f:i:n:w:c:o:d:r:h",
+                          opts, NULL)) != -1) {
     /* Both spellings, for messages: "-b/--minbytes". */
     char flag[40] = "";
-    for (const struct option *o = longs; o->name != NULL; o++)
+    for (const struct option *o = opts; o->name != NULL; o++)
       if (o->val == c && c < 256)
         snprintf(flag, sizeof flag, "-%c/--%s", c, o->name);
       else if (o->val == c)
@@ -283,10 +340,10 @@ int bench_parse_args(int argc, char **argv, bench_args *a) {
       rc = parse_int(flag, optarg, 0, 1, &a->check);
       break;
     case 'o':
-      rc = parse_ops(flag, optarg, a);
+      rc = parse_ops(flag, optarg, p->ops, a);
       break;
     case 'd':
-      rc = parse_dtypes(flag, optarg, a);
+      rc = parse_dtypes(flag, optarg, p->dtypes, a);
       break;
     case 'r':
       if (strcasecmp(optarg, "all") == 0)
@@ -294,9 +351,12 @@ int bench_parse_args(int argc, char **argv, bench_args *a) {
       else
         rc = parse_int(flag, optarg, 0, INT_MAX, &a->root);
       break;
+    case 'A':
+      rc = parse_algos(flag, optarg, a);
+      break;
     case OPT_OP: {
       int found = 0;
-      for (int k = 0; k < COLL_COUNT; k++)
+      for (int k = 0; k < BENCH_NCOLL; k++)
         if (strcmp(optarg, coll_names[k]) == 0)
           a->coll = (bench_coll)k, found = 1;
       if (!found)
@@ -319,17 +379,18 @@ int bench_parse_args(int argc, char **argv, bench_args *a) {
       rc = parse_int(flag, optarg, 0, 10000000, &a->late_us);
       break;
     case 'h':
-      usage(stdout);
+      usage(stdout, p);
       return -1;
     case ':':
-      fprintf(stderr, "gang-bench: %s needs a value (see --help)\n",
+      fprintf(stderr, "%s: %s needs a value (see --help)\n", prog_name,
               argv[optind - 1]);
       return 2;
     default: /* '?' */
       if (optopt != 0)
-        fprintf(stderr, "gang-bench: unknown flag -%c (see --help)\n", optopt);
+        fprintf(stderr, "%s: unknown flag -%c (see --help)\n", prog_name,
+                optopt);
       else
-        fprintf(stderr, "gang-bench: unknown flag %s (see --help)\n",
+        fprintf(stderr, "%s: unknown flag %s (see --help)\n", prog_name,
                 argv[optind - 1]);
       return 2;
     }
@@ -337,21 +398,21 @@ int bench_parse_args(int argc, char **argv, bench_args *a) {
       return rc;
   }
   if (optind < argc) {
-    fprintf(stderr, "gang-bench: unexpected argument '%s' (see --help)\n",
+    fprintf(stderr, "%s: unexpected argument '%s' (see --help)\n", prog_name,
             argv[optind]);
     return 2;
   }
   if (a->step_bytes != 0)
     a->step_factor = 0;
   if (a->min_bytes > a->max_bytes) {
-    fprintf(stderr,
-            "gang-bench: -b: minbytes %zu is larger than -e maxbytes %zu\n",
-            a->min_bytes, a->max_bytes);
+    fprintf(stderr, "%s: -b: minbytes %zu is larger than -e maxbytes %zu\n",
+            prog_name, a->min_bytes, a->max_bytes);
     return 2;
   }
   if (only_in && only_out) {
-    fprintf(stderr, "gang-bench: --inplace-only and --outofplace-only "
-                    "exclude each other\n");
+    fprintf(stderr, "%s: --inplace-only and --outofplace-only "
+                    "exclude each other\n",
+            prog_name);
     return 2;
   }
   a->inplace = !only_out;

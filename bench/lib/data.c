@@ -1,5 +1,5 @@
-/* gang-bench data: the values each rank contributes and the results it must
- * get back, chosen so that every result is exact in every type.
+/* The values each rank contributes and the results it must get back,
+ * chosen so that every result is exact in every type.
  *
  * The values are small non-negative integers that depend on both the rank
  * and the element index (so a block delivered to the wrong place, a rank's
@@ -8,33 +8,34 @@
  * integers exactly (2^24 for float, 2048 for half, 256 for bfloat16, the
  * type's maximum for integers): float sums are then exact and independent
  * of the order of additions, and results can be compared bit for bit. */
+#include <stdint.h>
 #include <string.h>
 
 #include "bench.h"
 
 /* The largest integer the type holds exactly (and without overflow). */
-static int64_t exact_cap(gang_dtype dt) {
+static int64_t exact_cap(bench_dtype dt) {
   switch (dt) {
-  case GANG_INT8:
+  case BENCH_INT8:
     return INT8_MAX;
-  case GANG_UINT8:
+  case BENCH_UINT8:
     return UINT8_MAX;
-  case GANG_INT16:
+  case BENCH_INT16:
     return INT16_MAX;
-  case GANG_INT32:
+  case BENCH_INT32:
     return INT32_MAX;
-  case GANG_UINT32:
+  case BENCH_UINT32:
     return UINT32_MAX;
-  case GANG_INT64:
-  case GANG_UINT64:
+  case BENCH_INT64:
+  case BENCH_UINT64:
     return INT64_MAX / 2;
-  case GANG_FLOAT32:
+  case BENCH_FLOAT:
     return 1 << 24;
-  case GANG_FLOAT64:
+  case BENCH_DOUBLE:
     return INT64_C(1) << 53;
-  case GANG_FLOAT16:
+  case BENCH_HALF:
     return 2048;
-  case GANG_BFLOAT16:
+  case BENCH_BFLOAT16:
     return 256;
   default:
     return 1;
@@ -43,49 +44,49 @@ static int64_t exact_cap(gang_dtype dt) {
 
 /* The modulus of the index-dependent part: small enough that n of them
  * summed stay exact; never above 2^20 (larger values show nothing more). */
-static int64_t modulus(gang_dtype dt, int n) {
+static int64_t modulus(bench_dtype dt, int n) {
   int64_t k = exact_cap(dt) / n;
   if (k > (1 << 20))
     k = 1 << 20;
   return k < 1 ? 1 : k;
 }
 
-int64_t bench_value(gang_dtype dt, gang_reduce_op op, int r, int n, size_t i) {
+int64_t bench_value(bench_dtype dt, bench_op op, int r, int n, size_t i) {
   uint64_t mix = (uint64_t)i * 3 + (uint64_t)r * 11 + 1;
   switch (op) {
-  case GANG_PRODUCT:
+  case BENCH_PROD:
     /* One rank per element contributes 1, 2 or 3, the others 1: the
      * product stays tiny whatever n is. */
     return (i % (size_t)n == (size_t)r) ? 1 + (int64_t)((i / (size_t)n) % 3)
                                         : 1;
-  case GANG_MEAN: {
+  case BENCH_AVG: {
     /* Every rank gives c(i), one rank gives c(i) + n: the sum is
      * n * (c(i) + 1), so the mean is exact even for integer types. */
     int64_t k = exact_cap(dt) / n - 1;
     int64_t c = k < 1 ? 0 : (int64_t)(((uint64_t)i * 3 + 1) % (uint64_t)k);
     return c + (i % (size_t)n == (size_t)r ? n : 0);
   }
-  case GANG_MIN:
-  case GANG_MAX:
+  case BENCH_MIN:
+  case BENCH_MAX:
     return (int64_t)(mix % (uint64_t)modulus(dt, 1));
-  case GANG_SUM:
+  case BENCH_SUM:
   default:
     return (int64_t)(mix % (uint64_t)modulus(dt, n));
   }
 }
 
-int64_t bench_reduced(gang_dtype dt, gang_reduce_op op, int n, size_t i) {
+int64_t bench_reduced(bench_dtype dt, bench_op op, int n, size_t i) {
   int64_t acc = bench_value(dt, op, 0, n, i);
   for (int r = 1; r < n; r++) {
     int64_t v = bench_value(dt, op, r, n, i);
     switch (op) {
-    case GANG_PRODUCT:
+    case BENCH_PROD:
       acc *= v;
       break;
-    case GANG_MIN:
+    case BENCH_MIN:
       acc = v < acc ? v : acc;
       break;
-    case GANG_MAX:
+    case BENCH_MAX:
       acc = v > acc ? v : acc;
       break;
     default:
@@ -93,7 +94,7 @@ int64_t bench_reduced(gang_dtype dt, gang_reduce_op op, int n, size_t i) {
       break;
     }
   }
-  return op == GANG_MEAN ? acc / n : acc;
+  return op == BENCH_AVG ? acc / n : acc;
 }
 
 /* IEEE half from a non-negative integer <= 2048 (exact by construction). */
@@ -105,33 +106,34 @@ static uint16_t half_from_int(int64_t v) {
   return (uint16_t)(((e + 15) << 10) | mant);
 }
 
-void bench_store(void *buf, size_t i, gang_dtype dt, int64_t v) {
+/* Stores integer v (exactly representable) as element i of buf. */
+static void store(void *buf, size_t i, bench_dtype dt, int64_t v) {
   switch (dt) {
-  case GANG_INT8:
-  case GANG_UINT8:
+  case BENCH_INT8:
+  case BENCH_UINT8:
     ((uint8_t *)buf)[i] = (uint8_t)v;
     break;
-  case GANG_INT16:
+  case BENCH_INT16:
     ((int16_t *)buf)[i] = (int16_t)v;
     break;
-  case GANG_INT32:
-  case GANG_UINT32:
+  case BENCH_INT32:
+  case BENCH_UINT32:
     ((uint32_t *)buf)[i] = (uint32_t)v;
     break;
-  case GANG_INT64:
-  case GANG_UINT64:
+  case BENCH_INT64:
+  case BENCH_UINT64:
     ((uint64_t *)buf)[i] = (uint64_t)v;
     break;
-  case GANG_FLOAT32:
+  case BENCH_FLOAT:
     ((float *)buf)[i] = (float)v;
     break;
-  case GANG_FLOAT64:
+  case BENCH_DOUBLE:
     ((double *)buf)[i] = (double)v;
     break;
-  case GANG_FLOAT16:
+  case BENCH_HALF:
     ((uint16_t *)buf)[i] = half_from_int(v);
     break;
-  case GANG_BFLOAT16: {
+  case BENCH_BFLOAT16: {
     /* bfloat16 is the top half of a float; small integers lose nothing. */
     float f = (float)v;
     uint32_t bits;
@@ -144,21 +146,21 @@ void bench_store(void *buf, size_t i, gang_dtype dt, int64_t v) {
   }
 }
 
-void bench_fill(void *buf, size_t count, gang_dtype dt, gang_reduce_op op,
+void bench_fill(void *buf, size_t count, bench_dtype dt, bench_op op,
                 int r, int n, size_t base) {
   for (size_t k = 0; k < count; k++)
-    bench_store(buf, k, dt, bench_value(dt, op, r, n, base + k));
+    store(buf, k, dt, bench_value(dt, op, r, n, base + k));
 }
 
-size_t bench_count_wrong(const void *buf, size_t count, gang_dtype dt,
-                         gang_reduce_op op, int n, int reduced, int src,
+size_t bench_count_wrong(const void *buf, size_t count, bench_dtype dt,
+                         bench_op op, int n, int reduced, int src,
                          size_t base) {
-  size_t es = gang_dtype_size(dt), wrong = 0;
+  size_t es = bench_dtype_size(dt), wrong = 0;
   unsigned char want[8];
   for (size_t k = 0; k < count; k++) {
     int64_t v = reduced ? bench_reduced(dt, op, n, base + k)
                         : bench_value(dt, op, src, n, base + k);
-    bench_store(want, 0, dt, v);
+    store(want, 0, dt, v);
     if (memcmp(want, (const unsigned char *)buf + k * es, es) != 0)
       wrong++;
   }

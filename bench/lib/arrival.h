@@ -17,8 +17,8 @@
  * Usage: a buffer of 3 * n doubles; arrival_record() for each timed
  * iteration, an element-wise MAX over the ranks of the whole buffer, then
  * arrival_medians(). */
-#ifndef GANG_BENCH_ARRIVAL_H
-#define GANG_BENCH_ARRIVAL_H
+#ifndef BENCH_LIB_ARRIVAL_H
+#define BENCH_LIB_ARRIVAL_H
 
 #include <stddef.h>
 #include <stdio.h>

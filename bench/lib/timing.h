@@ -1,10 +1,10 @@
 /* The figures of a row of per-iteration times (each the slowest rank's),
- * shared by gang-bench and the peer programs (bench/peers/) so that every
- * library is summarised the same way: the median, which the tables show,
- * and the 99th percentile, minimum and maximum, which the JSON carries for
- * runs on a busy machine (bench/compare --load; docs/benchmarking.md). */
-#ifndef GANG_BENCH_TIMING_H
-#define GANG_BENCH_TIMING_H
+ * so that every library is summarised the same way (bench.h): the median,
+ * which the tables show, and the 99th percentile, minimum and maximum,
+ * which the JSON carries for runs on a busy machine (bench/compare
+ * --load; docs/benchmarking.md). */
+#ifndef BENCH_LIB_TIMING_H
+#define BENCH_LIB_TIMING_H
 
 #include <stddef.h>
 #include <stdio.h>
