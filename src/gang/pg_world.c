@@ -113,10 +113,13 @@ static gang_status create(const gang_options *opts, const char *store_addr,
                                      cfg.deadline, w->hosts, &w->shm,
                                      &w->shm_everywhere),
                     st, fail);
+    /* With an arena, its ranks agreed on it (counting the CPUs they may
+     * run on between them); without one, this rank counts its own. */
     int local = 0;
     for (int i = 0; i < size; i++)
       local += w->hosts[i] == w->hosts[rank];
-    if (local > gang__cpus_available())
+    if (w->shm != NULL ? gang__shm_oversubscribed(w->shm)
+                       : local > gang__cpus_available())
       gang__fabric_set_oversubscribed(w->fabric);
   }
   /* After setup the store only serves timeout diagnoses, which must not

@@ -74,6 +74,27 @@ int gang__cpus_available(void) {
 
 static size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
+/* This process's affinity as CPU_SETSIZE bits (all set when unknown). */
+static void note_cpus(uint64_t *bits) {
+  cpu_set_t set;
+  bool known = sched_getaffinity(0, sizeof set, &set) == 0;
+  for (int c = 0; c < CPU_SETSIZE; c++)
+    if (!known || CPU_ISSET(c, &set))
+      bits[c / 64] |= 1ull << (c % 64);
+}
+
+/* CPUs that at least one of the n local ranks may run on. */
+static int cpus_between(const arena_hdr *h, int n) {
+  int count = 0;
+  for (int w = 0; w < CPU_SETSIZE / 64; w++) {
+    uint64_t any = 0;
+    for (int i = 0; i < n; i++)
+      any |= h->cpus[i][w];
+    count += __builtin_popcountll(any);
+  }
+  return count;
+}
+
 /* Staging bytes per buffer: large enough to amortise a step's
  * synchronisation, small enough that every member's two buffers stay in
  * cache. Two members take 1 MiB: on the 2-core machine of the figures
@@ -394,6 +415,7 @@ static gang_status create_local(gang_store *store, int rank, int size,
     s->h->world_rank[s->local] = rank;
     s->h->pid[s->local] = (int32_t)getpid();
     s->h->probe[s->local] = (uint64_t)(uintptr_t)&s->probe_word;
+    note_cpus(s->h->cpus[s->local]);
   }
   bool ok = false;
   GANG_CHECK_GOTO(agree(store, "shm/mapped", rank, all, n, mapped, &ok), st,
@@ -407,15 +429,15 @@ static gang_status create_local(gang_store *store, int rank, int size,
                    "map the arena; same-host ranks use TCP");
     goto done;
   }
-  /* Single copy needs every pair to be able to read the other. */
-  /* Single copy, room (no more local ranks than CPUs) and forced single
-   * copy, agreed in one round because they choose algorithms: every rank
-   * must choose the same. Ranks pinned to different CPU sets may count
-   * differently; one that sees fewer CPUs than local ranks makes the host
-   * oversubscribed. */
+  /* Single copy (every pair must be able to read the other), room (no
+   * more local ranks than the CPUs they may run on between them: ranks
+   * pinned one to a CPU each are not oversubscribed, two pinned to one CPU
+   * are) and forced single copy, agreed in one round because they choose
+   * algorithms: every rank must choose the same. Every rank computes room
+   * from the same masks, noted before the round above. */
   enum { AGREE_CMA = 1, AGREE_ROOMY = 2, AGREE_FORCED = 4 };
   unsigned flags = (want_cma && cma_probe(s) ? AGREE_CMA : 0) |
-                   (n <= gang__cpus_available() ? AGREE_ROOMY : 0) |
+                   (n <= cpus_between(s->h, n) ? AGREE_ROOMY : 0) |
                    (force_cma ? AGREE_FORCED : 0);
   unsigned agreed = 0;
   GANG_CHECK_GOTO(agree_flags(store, "shm/algo", rank, all, n, flags, &agreed),
@@ -494,6 +516,8 @@ void gang__shm_destroy(gang__shm *s) {
   free(s->local_of);
   free(s);
 }
+
+bool gang__shm_oversubscribed(const gang__shm *s) { return s->oversubscribed; }
 
 int gang__shm_local_index(const gang__shm *s, int world_rank) {
   if (s == NULL || world_rank < 0 || world_rank >= s->world_size)

@@ -163,6 +163,10 @@ gang_status gang__shm_create(gang_store *store, int rank, int size,
 /* CPUs this process may run on. */
 int gang__cpus_available(void);
 
+/* Whether the arena's local ranks outnumber the CPUs they may run on
+ * between them (agreed by every local rank at setup). */
+bool gang__shm_oversubscribed(const gang__shm *s);
+
 /* Unmaps the arena. Channels must be detached. */
 void gang__shm_destroy(gang__shm *s);
 

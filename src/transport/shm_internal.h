@@ -9,6 +9,7 @@
 #ifndef GANG_TRANSPORT_SHM_INTERNAL_H
 #define GANG_TRANSPORT_SHM_INTERNAL_H
 
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
@@ -51,6 +52,8 @@ typedef struct arena_hdr {
   int32_t world_rank[GANG_SHM_MAX_LOCAL];
   int32_t pid[GANG_SHM_MAX_LOCAL];
   uint64_t probe[GANG_SHM_MAX_LOCAL]; /* address of a word in each process */
+  /* The CPUs each local rank may run on (its affinity at setup). */
+  uint64_t cpus[GANG_SHM_MAX_LOCAL][CPU_SETSIZE / 64];
   _Alignas(64) _Atomic int32_t fail_claim;
   _Atomic int32_t failed;
   char fail_text[512];

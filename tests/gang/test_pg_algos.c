@@ -10,8 +10,10 @@
  * Values depend on the index modulo a large prime, so a block put in the
  * wrong place shows. GANG_SHM_CMA=1 allows single copy with more ranks than
  * CPUs. */
+#include <sched.h>
 #include <stdbool.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "harness/harness.h"
 
@@ -249,11 +251,50 @@ static void test_bad_setting(void **state) {
   unsetenv("GANG_ALGO");
 }
 
+/* Oversubscription counts the CPUs the host's ranks may run on together:
+ * ranks pinned to one CPU each (as taskset or a launcher's binding does)
+ * have one apiece and are not oversubscribed; two ranks pinned to the same
+ * CPU are. The barrier shows which: flagged with a CPU per member, step
+ * lines when oversubscribed. */
+static int pinned_rank(int rank, int size, void *arg) {
+  const int *cpu_of = arg;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu_of[rank], &one);
+  RCHECK(sched_setaffinity(0, sizeof one, &one) == 0);
+  gang_t *g = gt_join("algos-pinned", g_round, rank, size, 60000, 0);
+  RCHECK_OK(gang_barrier(g));
+  const char *want = cpu_of[0] == cpu_of[1] ? "lines" : "flagged";
+  RCHECK(strcmp(gang__pg_last_algo(g), want) == 0);
+  gang_destroy(g);
+  return 0;
+}
+
+static void test_pinned_ranks(void **state) {
+  (void)state;
+  cpu_set_t mine;
+  assert_int_equal(sched_getaffinity(0, sizeof mine, &mine), 0);
+  int cpus[2], n = 0;
+  for (int c = 0; c < CPU_SETSIZE && n < 2; c++)
+    if (CPU_ISSET(c, &mine))
+      cpus[n++] = c;
+  if (n < 2) {
+    print_message("one CPU: pinning cannot be told from oversubscription\n");
+    skip();
+  }
+  int apart[2] = {cpus[0], cpus[1]}, together[2] = {cpus[0], cpus[0]};
+  g_round++;
+  assert_int_equal(gt_run_ranks(2, pinned_rank, apart, 60000), 0);
+  g_round++;
+  assert_int_equal(gt_run_ranks(2, pinned_rank, together, 60000), 0);
+}
+
 int main(void) {
   setenv("GANG_SHM_CMA", "1", 1);
   const struct CMUnitTest tests[] = {
       GT_TEST(test_bad_setting),
       GT_TEST(test_ranks_must_agree),
+      GT_TEST(test_pinned_ranks),
       GT_TEST(test_every_algorithm),
   };
   return cmocka_run_group_tests(tests, gt_store_group_setup,
