@@ -33,15 +33,15 @@ static const struct {
   const char *name;
   bench_dtype t;
 } dtype_names[] = {
-    {"float", BENCH_FLOAT},     {"double", BENCH_DOUBLE},
-    {"half", BENCH_HALF},       {"bfloat16", BENCH_BFLOAT16},
-    {"int8", BENCH_INT8},       {"uint8", BENCH_UINT8},
-    {"int16", BENCH_INT16},     {"int32", BENCH_INT32},
-    {"uint32", BENCH_UINT32},   {"int64", BENCH_INT64},
-    {"uint64", BENCH_UINT64},   {"float32", BENCH_FLOAT},
-    {"float64", BENCH_DOUBLE},  {"float16", BENCH_HALF},
-    {"int", BENCH_INT32},       {"bf16", BENCH_BFLOAT16},
-    {"fp16", BENCH_HALF},       {"fp32", BENCH_FLOAT},
+    {"float", BENCH_FLOAT},    {"double", BENCH_DOUBLE},
+    {"half", BENCH_HALF},      {"bfloat16", BENCH_BFLOAT16},
+    {"int8", BENCH_INT8},      {"uint8", BENCH_UINT8},
+    {"int16", BENCH_INT16},    {"int32", BENCH_INT32},
+    {"uint32", BENCH_UINT32},  {"int64", BENCH_INT64},
+    {"uint64", BENCH_UINT64},  {"float32", BENCH_FLOAT},
+    {"float64", BENCH_DOUBLE}, {"float16", BENCH_HALF},
+    {"int", BENCH_INT32},      {"bf16", BENCH_BFLOAT16},
+    {"fp16", BENCH_HALF},      {"fp32", BENCH_FLOAT},
     {"fp64", BENCH_DOUBLE},
 };
 #define NDTYPE_NAMES (sizeof dtype_names / sizeof dtype_names[0])
@@ -52,8 +52,8 @@ static const struct {
   const char *name;
   bench_op op;
 } op_names[] = {
-    {"sum", BENCH_SUM},       {"prod", BENCH_PROD}, {"min", BENCH_MIN},
-    {"max", BENCH_MAX},       {"avg", BENCH_AVG},   {"product", BENCH_PROD},
+    {"sum", BENCH_SUM},  {"prod", BENCH_PROD}, {"min", BENCH_MIN},
+    {"max", BENCH_MAX},  {"avg", BENCH_AVG},   {"product", BENCH_PROD},
     {"mean", BENCH_AVG},
 };
 #define NOP_NAMES (sizeof op_names / sizeof op_names[0])
@@ -410,8 +410,9 @@ int bench_parse_args(int argc, char **argv, const bench_program *p,
     return 2;
   }
   if (only_in && only_out) {
-    fprintf(stderr, "%s: --inplace-only and --outofplace-only "
-                    "exclude each other\n",
+    fprintf(stderr,
+            "%s: --inplace-only and --outofplace-only "
+            "exclude each other\n",
             prog_name);
     return 2;
   }

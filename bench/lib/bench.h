@@ -77,14 +77,13 @@ double bench_bus_factor(bench_coll c, int n);
  * input; all_to_all: one rank's buffer), rounded down to whole elements
  * per rank. */
 typedef struct bench_shape {
-  size_t count;       /* elements in the size column */
-  size_t per;         /* elements per rank block, or count */
-  size_t bytes;       /* the size column: count * element size */
+  size_t count;                     /* elements in the size column */
+  size_t per;                       /* elements per rank block, or count */
+  size_t bytes;                     /* the size column: count * element size */
   size_t out_inplace, out_outplace; /* bytes of output checked */
 } bench_shape;
 
-bench_shape bench_shape_of(bench_coll c, size_t bytes, size_t elem_size,
-                           int n);
+bench_shape bench_shape_of(bench_coll c, size_t bytes, size_t elem_size, int n);
 
 /* ---- Command line (args.c) ---------------------------------------------- */
 
@@ -158,8 +157,7 @@ void bench_fill(void *buf, size_t count, bench_dtype t, bench_op op, int r,
  * want(k) = bench_reduced(t, op, n, base + k) if `reduced`, else
  * bench_value(t, op, src, n, base + k). */
 size_t bench_count_wrong(const void *buf, size_t count, bench_dtype t,
-                         bench_op op, int n, int reduced, int src,
-                         size_t base);
+                         bench_op op, int n, int reduced, int src, size_t base);
 
 /* Guard bytes after every buffer's used region: out-of-bounds writes show
  * up as changed guard bytes. */

@@ -146,8 +146,8 @@ static void store(void *buf, size_t i, bench_dtype dt, int64_t v) {
   }
 }
 
-void bench_fill(void *buf, size_t count, bench_dtype dt, bench_op op,
-                int r, int n, size_t base) {
+void bench_fill(void *buf, size_t count, bench_dtype dt, bench_op op, int r,
+                int n, size_t base) {
   for (size_t k = 0; k < count; k++)
     store(buf, k, dt, bench_value(dt, op, r, n, base + k));
 }

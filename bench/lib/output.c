@@ -19,8 +19,8 @@ void bench_print_header(const bench_backend *b, const bench_args *a,
   if (a->json)
     return;
   bench_coll c = a->coll;
-  printf("# %s %s: %s, %d ranks\n", b->program, bench_coll_name(c),
-         b->library, b->size);
+  printf("# %s %s: %s, %d ranks\n", b->program, bench_coll_name(c), b->library,
+         b->size);
   printf("# minBytes %zu maxBytes %zu step: ", a->min_bytes, a->max_bytes);
   if (a->step_factor > 0)
     printf("%g(factor)", a->step_factor);

@@ -64,9 +64,8 @@ const bench_program kProgram = {
     1,
 };
 
-const char *const kAlgos[] = {"ring",           "ring_chunked",
-                              "halving_doubling", "bcube",
-                              "allreduce_ring", "allreduce_bcube"};
+const char *const kAlgos[] = {"ring",  "ring_chunked",   "halving_doubling",
+                              "bcube", "allreduce_ring", "allreduce_bcube"};
 constexpr int kNumAlgos = sizeof kAlgos / sizeof kAlgos[0];
 
 struct State {
@@ -253,7 +252,8 @@ int gloo_run(void *p, const bench_call *c) {
       st->algo->run();
       if (!c->inplace) {
         size_t block = c->s.per * bench_dtype_size(c->dtype);
-        std::memcpy(c->recv, c->stage + static_cast<size_t>(st->ctx->rank) * block,
+        std::memcpy(c->recv,
+                    c->stage + static_cast<size_t>(st->ctx->rank) * block,
                     block);
       }
       return 0;
@@ -373,7 +373,8 @@ int main(int argc, char **argv) {
     gloo::rendezvous::FileStore store(dir);
     st.ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
     // A peer that dies mid-run ends every call within this, not never.
-    st.ctx->setTimeout(std::chrono::seconds(env_int("GLOO_BENCH_TIMEOUT", 120)));
+    st.ctx->setTimeout(
+        std::chrono::seconds(env_int("GLOO_BENCH_TIMEOUT", 120)));
     st.ctx->connectFullMesh(store, dev);
   } catch (const std::exception &e) {
     std::fprintf(stderr, "gloo_bench rank %d: cannot connect: %s\n", rank,

@@ -24,8 +24,8 @@ static const bench_program program = {
     .dtypes = 1u << BENCH_FLOAT | 1u << BENCH_DOUBLE | 1u << BENCH_INT8 |
               1u << BENCH_UINT8 | 1u << BENCH_INT32 | 1u << BENCH_UINT32 |
               1u << BENCH_INT64 | 1u << BENCH_UINT64,
-    .ops = 1u << BENCH_SUM | 1u << BENCH_PROD | 1u << BENCH_MIN |
-           1u << BENCH_MAX,
+    .ops =
+        1u << BENCH_SUM | 1u << BENCH_PROD | 1u << BENCH_MIN | 1u << BENCH_MAX,
     .algos = 1,
 };
 

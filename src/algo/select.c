@@ -37,7 +37,7 @@ typedef struct algo_rule {
   algo_coll coll;
   algo_path path;
   algo_id algo;
-  size_t hard_max;           /* largest size it can run at */
+  size_t hard_max;             /* largest size it can run at */
   size_t min_bytes, max_bytes; /* preferred range */
   unsigned flags;
 } algo_rule;
@@ -115,11 +115,11 @@ static const char *const algo_docs[] = {
 };
 
 static const char *const coll_names[ALGO_COLL_COUNT] = {
-    "barrier",        "all_reduce", "broadcast",  "all_gather",
+    "barrier",        "all_reduce", "broadcast",   "all_gather",
     "reduce_scatter", "all_to_all", "all_to_all_v"};
 
-static const char *const path_names[ALGO_PATH_COUNT] = {
-    "shared memory", "several hosts", "TCP"};
+static const char *const path_names[ALGO_PATH_COUNT] = {"shared memory",
+                                                        "several hosts", "TCP"};
 
 const char *algo_name(algo_id a) {
   return (unsigned)a < ALGO_COUNT ? algo_names[a] : "?";

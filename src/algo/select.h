@@ -44,14 +44,15 @@ typedef enum algo_path {
   X(SHM_STAGED, "staged", "chunks through the staging buffers")                \
   X(SHM_STAGED_BUSY, "staged_or_single_copy",                                  \
     "staged, or single copy when a member saw a busy machine")                 \
-  X(SHM_SINGLE_COPY, "single_copy", "process_vm_readv from the peers' buffers") \
+  X(SHM_SINGLE_COPY, "single_copy",                                            \
+    "process_vm_readv from the peers' buffers")                                \
   X(SHM_TWO_ENDS, "two_ends",                                                  \
     "two members: the root pushes one half, the other pulls the rest")         \
   X(HIER, "hierarchical", "shared memory in each host, TCP among leaders")     \
   X(TCP_RD, "recursive_doubling", "recursive doubling over TCP")               \
   X(TCP_RING, "ring", "ring over TCP")                                         \
   X(TCP_BINOMIAL, "binomial", "binomial tree over TCP")                        \
-  X(TCP_DISSEMINATION, "dissemination", "dissemination over TCP")             \
+  X(TCP_DISSEMINATION, "dissemination", "dissemination over TCP")              \
   X(TCP_PAIRWISE, "pairwise", "pairwise exchange over TCP")
 
 typedef enum algo_id {

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/mix.h"
 #include "core/reduce.h"
 #include "gang/types.h"
 #include "select.h"
@@ -77,6 +78,13 @@ _Static_assert(sizeof(shm_ll_line) == 64, "a flagged line is a cache line");
 #define SHM_LL_DATA sizeof(((shm_ll_line *)0)->data)
 /* Most bytes one flagged step carries. */
 #define SHM_LL_MAX (GANG_SHM_SMALL / sizeof(shm_ll_line) * SHM_LL_DATA)
+
+/* Step t and signature sig as one word: t xor a mix of sig (a bijection),
+ * so two calls that disagree differ in the high bits whatever their
+ * steps, and a line left from an earlier step never matches. */
+static inline uint64_t shm_ll_flag(uint64_t t, uint64_t sig) {
+  return t ^ gang__mix64(sig);
+}
 
 static inline shm_ll_line *shm_ll_slot(gang__shm_chan *c, int member,
                                        uint64_t t) {

@@ -151,7 +151,8 @@ static busy_mark busy_start(const gang__shm_chan *c) {
 }
 
 static void busy_end(gang__shm_chan *c, busy_mark m) {
-  c->busy = c->waits_long > m.waits_long || involuntary_switches() >= m.switches + 2;
+  c->busy =
+      c->waits_long > m.waits_long || involuntary_switches() >= m.switches + 2;
 }
 
 /* One flagged step: whether any member's last large call was busy. */
@@ -297,8 +298,9 @@ gang_status shm_allreduce(gang__shm_chan *c, void *buf, size_t count,
   case ALGO_SHM_STAGED:
     return rsag(c, buf, count, dt, op);
   default:
-    return gang__error(GANG_INTERNAL, "all_reduce over shared memory: no "
-                                      "algorithm '%s'",
+    return gang__error(GANG_INTERNAL,
+                       "all_reduce over shared memory: no "
+                       "algorithm '%s'",
                        algo_name(algo));
   }
 }

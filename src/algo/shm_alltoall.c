@@ -4,13 +4,13 @@
  *     of every block of its input, one per destination; then copies its
  *     part from every member's staging to out.
  *   single copy (from 16 KiB per block, when allowed, 256 KiB when
- *     oversubscribed, and always for variable blocks): each member publishes its input's address (and
- *     for all_to_all_v the offset of each destination's block); everyone
- *     pulls its blocks straight into out, then waits for all pulls. */
+ *     oversubscribed, and always for variable blocks): each member publishes
+ * its input's address (and for all_to_all_v the offset of each destination's
+ * block); everyone pulls its blocks straight into out, then waits for all
+ * pulls. */
 #include <string.h>
 
 #include "shm_algo.h"
-
 
 /* Pulls block `me` of every member's published input into out; each
  * member's published offsets must give the length this member expects. */

@@ -44,7 +44,8 @@ static gang_status bcast_two_ends(gang__shm_chan *c, void *buf, size_t bytes,
   int peer = 1 - c->rank;
   size_t half = bytes / 2;
   if (c->rank == root)
-    GANG_CHECK(gang__shm_write_remote(c, peer, c->ctl[peer]->pub.in, buf, half));
+    GANG_CHECK(
+        gang__shm_write_remote(c, peer, c->ctl[peer]->pub.in, buf, half));
   else
     GANG_CHECK(gang__shm_read_remote(c, root, (unsigned char *)buf + half,
                                      c->ctl[root]->pub.in + half,
@@ -54,8 +55,8 @@ static gang_status bcast_two_ends(gang__shm_chan *c, void *buf, size_t bytes,
   return gang__shm_wait_all(c, t2);
 }
 
-static gang_status bcast_single_copy(gang__shm_chan *c, void *buf,
-                                     size_t bytes, int root) {
+static gang_status bcast_single_copy(gang__shm_chan *c, void *buf, size_t bytes,
+                                     int root) {
   uint64_t t = ++c->step;
   if (c->rank == root) {
     GANG_CHECK(gang__shm_begin(c, t));

@@ -3,19 +3,11 @@
  * and waits for one cache-line transfer whatever the size. */
 #include <string.h>
 
-#include "core/mix.h"
 #include "shm_algo.h"
 
 /* From this many lines a pass reads a member's first flag alone until it
  * is there, and only then every line (ll_poll). */
 #define SHM_LL_LEAD_LINES 3
-
-/* Step t and signature sig as one word: t xor a mix of sig (a bijection),
- * so two calls that disagree differ in the high bits whatever their
- * steps, and a line left from an earlier step never matches. */
-static uint64_t ll_flag(uint64_t t, uint64_t sig) {
-  return t ^ gang__mix64(sig);
-}
 
 /* Every line of one member is loaded in one pass (no early exit), so the
  * loads go out together and the lines cross in parallel. */
@@ -71,7 +63,7 @@ gang_status shm_ll_step(gang__shm_chan *c, const void *src, size_t bytes,
   uint64_t t = ++c->step;
   *step = t;
   GANG_CHECK(gang__shm_begin_line(c, t));
-  uint64_t flag = ll_flag(t, c->sig);
+  uint64_t flag = shm_ll_flag(t, c->sig);
   shm_ll_line *mine = shm_ll_slot(c, c->rank, t);
   for (size_t k = 0, off = 0; k < lines; k++, off += SHM_LL_DATA) {
     memcpy(mine[k].data, s + off,

@@ -21,9 +21,9 @@ static void addr_toward(const char *store_addr, char *out, size_t cap) {
   if (strncmp(p, "tcp://", 6) == 0)
     p += 6;
   gang__hostport hp;
-  if (gang__hostport_parse(p, GANG__HOSTPORT_PORT_OPTIONAL |
-                                  GANG__HOSTPORT_PORT_ZERO |
-                                  GANG__HOSTPORT_TAIL,
+  if (gang__hostport_parse(p,
+                           GANG__HOSTPORT_PORT_OPTIONAL |
+                               GANG__HOSTPORT_PORT_ZERO | GANG__HOSTPORT_TAIL,
                            &hp, NULL) != GANG_OK) {
     gang_clear_error(); /* the store's own parse reports it */
     return;

@@ -159,7 +159,8 @@ static gang_status run_shm(gang_t *g, gang_work *w, gang__shm_chan *ch,
                      gang__coll_name(c->kind));
 }
 
-/* ---- TCP ------------------------------------------------------------------ */
+/* ---- TCP ------------------------------------------------------------------
+ */
 
 algo_ctx gang__pg_tcp_ctx(pg *p, const gang_work *w, int rank, int size,
                           const int *world, uint64_t ctx, int64_t deadline,

@@ -122,8 +122,8 @@ bool gang__pg_execute_hier(gang_t *g, gang_work *w, gang_status *st) {
   char what[64];
   gang__pg_name_call(what, sizeof what, c->kind, w->seq, g->rank, g->size,
                      ", hosts");
-  algo_ctx a = gang__pg_tcp_ctx(p, w, h->my_host, h->nhosts, h->leaders,
-                                h->ctx, deadline, what);
+  algo_ctx a = gang__pg_tcp_ctx(p, w, h->my_host, h->nhosts, h->leaders, h->ctx,
+                                deadline, what);
   *st = GANG_OK;
   switch (c->kind) {
   case GANG_COLL_BARRIER: {
@@ -148,8 +148,8 @@ bool gang__pg_execute_hier(gang_t *g, gang_work *w, gang_status *st) {
     return true;
   case GANG_COLL_BROADCAST: {
     int root_host = h->host_of[c->root];
-    algo_id la = ch != NULL ? local_algo(p, ALGO_BROADCAST, bytes, c->count)
-                            : ALGO_AUTO;
+    algo_id la =
+        ch != NULL ? local_algo(p, ALGO_BROADCAST, bytes, c->count) : ALGO_AUTO;
     /* The root's host first, so its leader has the data. */
     if (ch != NULL && h->my_host == root_host)
       *st = shm_bcast(ch, c->out, bytes, h->local_of[c->root], la);

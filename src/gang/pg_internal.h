@@ -85,8 +85,8 @@ typedef struct pg {
   pthread_t thread;
   void *scratch[2];
   size_t scratch_cap[2];
-  gang__shm_chan *chan; /* every member on this host: collectives over shm */
-  pg_hier *hier;        /* members on several hosts, some sharing one */
+  gang__shm_chan *chan;  /* every member on this host: collectives over shm */
+  pg_hier *hier;         /* members on several hosts, some sharing one */
   _Atomic int last_algo; /* the algorithm of the last collective (tests) */
 } pg;
 

@@ -72,8 +72,7 @@ static void *worker_main(void *arg) {
   pg *p = g->impl;
   pthread_mutex_lock(&p->mu);
   while (!p->stop) {
-    if (!TAILQ_EMPTY(&p->queue) && !atomic_load(&p->running) &&
-        drain(g, NULL))
+    if (!TAILQ_EMPTY(&p->queue) && !atomic_load(&p->running) && drain(g, NULL))
       continue;
     pthread_cond_wait(&p->cv, &p->mu);
   }

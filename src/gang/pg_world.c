@@ -35,8 +35,7 @@ void gang__pg_world_release(pg_world *w) {
 
 /* A field of the caller's options, or `def` when the caller's struct is
  * too old (smaller) to have it or there are no options. */
-#define OPT(o, field, def)                                                     \
-  GANG__OPTS_GET(gang_options, o, field, def)
+#define OPT(o, field, def) GANG__OPTS_GET(gang_options, o, field, def)
 
 /* GANG_ALGO, the same on every rank: every member of a gang must choose
  * the same algorithm, so a rank whose setting differs from rank 0's fails

@@ -69,7 +69,7 @@ typedef struct gang__xfer {
   TAILQ_ENTRY(gang__xfer) link; /* engine: queue link */
   bool linked;                  /* engine: on a send or receive queue */
   size_t off;                   /* engine: bytes moved */
-  bool lost_bet;           /* engine: a read bet on this receive missed */
+  bool lost_bet;                /* engine: a read bet on this receive missed */
   gang__xgroup *grp;
   bool done;
 } gang__xfer;

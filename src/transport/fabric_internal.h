@@ -127,15 +127,15 @@ typedef struct conn {
   uint32_t rkind;
   uint32_t rtag;
   size_t rlen, rgot;
-  gang__xfer *rx;  /* matched receive being filled */
-  umsg *rum;       /* or unexpected message being filled */
-  uint8_t *rabort; /* or ABORT text */
+  gang__xfer *rx;           /* matched receive being filled */
+  umsg *rum;                /* or unexpected message being filled */
+  uint8_t *rabort;          /* or ABORT text */
   struct xfer_queue posted; /* receives waiting for their frame */
   struct umsg_queue uq;     /* messages before their receive */
-  bool last_padded;     /* the last frame read was a large one (pull) */
+  bool last_padded;         /* the last frame read was a large one (pull) */
   struct spare_list spares; /* freed early-message buffers kept */
-  size_t spare_bytes;   /* their total size */
-  int spare_count;      /* and number */
+  size_t spare_bytes;       /* their total size */
+  int spare_count;          /* and number */
 } conn;
 
 struct gang__fabric {
@@ -177,8 +177,8 @@ void fabric_left_before(gang__fabric *f, conn *c);
 
 /* Bytes before the payload of a frame of this kind and length. */
 size_t fabric_frame_head(uint32_t kind, uint64_t len);
-void fabric_encode_header(uint8_t *h, uint32_t kind, uint32_t tag,
-                          uint64_t ctx, uint64_t seq, uint64_t len);
+void fabric_encode_header(uint8_t *h, uint32_t kind, uint32_t tag, uint64_t ctx,
+                          uint64_t seq, uint64_t len);
 /* How far into its frame the head send x of its connection may go now. */
 size_t fabric_send_limit(gang__fabric *f, const gang__xfer *x);
 /* Writes queued sends until the socket is full or the head send is paced. */

@@ -20,8 +20,8 @@ size_t fabric_frame_head(uint32_t kind, uint64_t len) {
                                                                   : HDR;
 }
 
-void fabric_encode_header(uint8_t *h, uint32_t kind, uint32_t tag,
-                          uint64_t ctx, uint64_t seq, uint64_t len) {
+void fabric_encode_header(uint8_t *h, uint32_t kind, uint32_t tag, uint64_t ctx,
+                          uint64_t seq, uint64_t len) {
   gang__put_u32(h, kind);
   gang__put_u32(h + 4, tag);
   gang__put_u64(h + 8, ctx);
@@ -83,8 +83,7 @@ void fabric_push_sends(gang__fabric *f, conn *c) {
     if (x->off >= lim)
       return; /* paced: waits for the peer's next piece */
     if (x->off == 0)
-      fabric_encode_header(c->shdr, FRAME_DATA, x->tag, x->ctx, x->seq,
-                           x->len);
+      fabric_encode_header(c->shdr, FRAME_DATA, x->tag, x->ctx, x->seq, x->len);
     size_t head = fabric_frame_head(FRAME_DATA, x->len);
     struct iovec iov[2];
     int n = 0;
@@ -392,7 +391,8 @@ static ssize_t read_posted(gang__fabric *f, conn *c, bool *done) {
   const uint8_t *h = c->stage;
   uint32_t kind = gang__get_u32(h);
   uint64_t len = gang__get_u64(h + 24);
-  if (kind == FRAME_DATA && len == x->len && fabric_frame_head(kind, len) == head &&
+  if (kind == FRAME_DATA && len == x->len &&
+      fabric_frame_head(kind, len) == head &&
       matches(x, gang__get_u64(h + 8), gang__get_u64(h + 16),
               gang__get_u32(h + 4))) {
     c->last_padded = head > HDR;

@@ -546,8 +546,8 @@ static gang_status dir_attach(gang__shm *s, uint64_t key, int members,
         uint64_t u = atomic_load(&e->use);
         bool open = false;
         while ((open = DIR_ATTACHED(u) != 0 || DIR_JOINED(u) < e->members) &&
-               !atomic_compare_exchange_weak(&e->use, &u,
-                                             u + DIR_USE_ONE + DIR_USE_JOINED)) {
+               !atomic_compare_exchange_weak(
+                   &e->use, &u, u + DIR_USE_ONE + DIR_USE_JOINED)) {
         }
         if (open) {
           *slot = i;

@@ -74,8 +74,7 @@ struct gang__shm {
   uint64_t probe_word; /* read by peers to test single copy */
 };
 
-static inline unsigned char *gang__shm_chan_base(const gang__shm *s,
-                                                 int slot) {
+static inline unsigned char *gang__shm_chan_base(const gang__shm *s, int slot) {
   return (unsigned char *)s->h + s->h->chan_off +
          (size_t)slot * s->h->chan_size;
 }

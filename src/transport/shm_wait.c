@@ -153,7 +153,8 @@ static pid_t this_tid(void) {
 int gang__shm_note_cpu(gang__shm_chan *c) {
   int cpu = sched_getcpu(); /* a load from glibc's rseq area */
   gang__shm_wake *w = &c->ctl[c->rank]->wake;
-  if (cpu >= 0 && atomic_load_explicit(&w->cpu, memory_order_relaxed) != cpu + 1)
+  if (cpu >= 0 &&
+      atomic_load_explicit(&w->cpu, memory_order_relaxed) != cpu + 1)
     atomic_store_explicit(&w->cpu, cpu + 1, memory_order_relaxed);
   pid_t tid = this_tid();
   if (atomic_load_explicit(&w->tid, memory_order_relaxed) != tid)
@@ -165,8 +166,8 @@ int gang__shm_note_cpu(gang__shm_chan *c) {
  * runnable (running or waiting for a CPU) and last ran on CPU `cpu`. As we
  * run on `cpu`, such a member is waiting for it. */
 static bool runnable_on(const gang__shm_chan *c, int member, int cpu) {
-  pid_t tid = atomic_load_explicit(&c->ctl[member]->wake.tid,
-                                   memory_order_relaxed);
+  pid_t tid =
+      atomic_load_explicit(&c->ctl[member]->wake.tid, memory_order_relaxed);
   if (tid <= 0 || cpu < 0)
     return false;
   char path[64], buf[1024];
@@ -234,7 +235,8 @@ static int move_off(gang__shm_chan *c, int member, int cpu) {
     return cpu;
   sched_setaffinity(0, sizeof mine, &mine);
   int now_on = gang__shm_note_cpu(c);
-  GANG_TRACE(SHM, "%s #%" PRIu64 ": moved off CPU %d, shared with gang rank "
+  GANG_TRACE(SHM,
+             "%s #%" PRIu64 ": moved off CPU %d, shared with gang rank "
              "%d, to %d",
              c->op ? c->op : "collective", c->opseq, cpu, member, now_on);
   return now_on;

@@ -27,9 +27,9 @@ static int g_round;
 typedef struct forced {
   const char *setting; /* GANG_ALGO */
   const char *coll;
-  const char *algo;  /* the name gang__pg_last_algo must report */
-  size_t counts[3];  /* elements (per rank for all_gather etc.) */
-  int only_size;     /* 0: every world size */
+  const char *algo; /* the name gang__pg_last_algo must report */
+  size_t counts[3]; /* elements (per rank for all_gather etc.) */
+  int only_size;    /* 0: every world size */
 } forced;
 
 /* Sizes: flagged lines hold 504 bytes, small slots 1 KiB; 2 staging
@@ -39,31 +39,47 @@ static const forced cases[] = {
     {"all_reduce=small", "all_reduce", "small", {1, 200, 256}, 0},
     {"all_reduce=allread", "all_reduce", "allread", {3, 5000, 300001}, 0},
     {"all_reduce=staged", "all_reduce", "staged", {3, 5000, 600001}, 0},
-    {"all_reduce=staged_or_single_copy", "all_reduce", "staged_or_single_copy",
-     {3, 5000, 600001}, 0},
-    {"all_reduce=single_copy", "all_reduce", "single_copy", {3, 5000, 600001},
+    {"all_reduce=staged_or_single_copy",
+     "all_reduce",
+     "staged_or_single_copy",
+     {3, 5000, 600001},
+     0},
+    {"all_reduce=single_copy",
+     "all_reduce",
+     "single_copy",
+     {3, 5000, 600001},
      0},
     {"all_reduce=ring", "all_reduce", "ring", {3, 5000, 70001}, 0},
-    {"all_reduce=recursive_doubling", "all_reduce", "recursive_doubling",
-     {1, 5000, 70001}, 0},
+    {"all_reduce=recursive_doubling",
+     "all_reduce",
+     "recursive_doubling",
+     {1, 5000, 70001},
+     0},
     {"broadcast=small", "broadcast", "small", {1, 100, 256}, 0},
     {"broadcast=two_ends", "broadcast", "two_ends", {1, 5000, 600001}, 2},
-    {"broadcast=single_copy", "broadcast", "single_copy", {1, 5000, 600001},
-     0},
+    {"broadcast=single_copy", "broadcast", "single_copy", {1, 5000, 600001}, 0},
     {"broadcast=staged", "broadcast", "staged", {1, 5000, 600001}, 0},
     {"broadcast=binomial", "broadcast", "binomial", {1, 5000, 70001}, 0},
     {"all_gather=small", "all_gather", "small", {1, 100, 256}, 0},
     {"all_gather=staged", "all_gather", "staged", {1, 5000, 300001}, 0},
-    {"all_gather=single_copy", "all_gather", "single_copy", {1, 5000, 300001},
+    {"all_gather=single_copy",
+     "all_gather",
+     "single_copy",
+     {1, 5000, 300001},
      0},
     {"all_gather=ring", "all_gather", "ring", {1, 5000, 70001}, 0},
-    {"reduce_scatter=staged", "reduce_scatter", "staged", {1, 5000, 300001},
+    {"reduce_scatter=staged", "reduce_scatter", "staged", {1, 5000, 300001}, 0},
+    {"reduce_scatter=single_copy",
+     "reduce_scatter",
+     "single_copy",
+     {1, 5000, 300001},
      0},
-    {"reduce_scatter=single_copy", "reduce_scatter", "single_copy",
-     {1, 5000, 300001}, 0},
     {"reduce_scatter=ring", "reduce_scatter", "ring", {1, 5000, 70001}, 0},
     {"all_to_all=staged", "all_to_all", "staged", {1, 5000, 300001}, 0},
-    {"all_to_all=single_copy", "all_to_all", "single_copy", {1, 5000, 300001},
+    {"all_to_all=single_copy",
+     "all_to_all",
+     "single_copy",
+     {1, 5000, 300001},
      0},
     {"all_to_all=pairwise", "all_to_all", "pairwise", {1, 5000, 70001}, 0},
     {"barrier=flagged", "barrier", "flagged", {0, 0, 0}, 0},

@@ -7,12 +7,15 @@
  * step-line wait, so a poll that returns early (a member skipped, a line
  * not checked, the first flag trusted alone) fails every time. Then peers
  * as threads write their lines with pauses in between while the step polls,
- * for ThreadSanitizer to check the ordering. This file includes shm_ll.c
- * and links nothing of the library. */
+ * for ThreadSanitizer to check the ordering. It links shm_ll.c alone,
+ * with the few calls of the shared-memory transport it makes stubbed
+ * below, and nothing else of the library. */
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 
-#include "../../src/algo/shm_ll.c"
+#include "algo/shm_algo.h"
 
 /* cmocka.h needs these first. */
 #include <setjmp.h>
@@ -45,7 +48,7 @@ static void write_line(int member, size_t k, uint64_t sig) {
   for (size_t b = 0; b < SHM_LL_DATA; b++)
     d[b] = byte_of(member, k, b);
   memcpy(l[k].data, d, sizeof d);
-  atomic_store_explicit(&l[k].flag, ll_flag(T, sig), memory_order_release);
+  atomic_store_explicit(&l[k].flag, shm_ll_flag(T, sig), memory_order_release);
 }
 
 static void publish(int member, uint64_t t, uint64_t sig) {

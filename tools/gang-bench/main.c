@@ -42,8 +42,8 @@ static const gang_reduce_op ops[BENCH_NOP] = {GANG_SUM, GANG_PRODUCT, GANG_MIN,
                                               GANG_MAX, GANG_MEAN};
 
 static int fail(gang_t *g, const char *what, gang_status st) {
-  fprintf(stderr, "gang-bench rank %d: %s failed: %s: %s\n", gang_rank(g),
-          what, gang_status_name(st), gang_last_error());
+  fprintf(stderr, "gang-bench rank %d: %s failed: %s: %s\n", gang_rank(g), what,
+          gang_status_name(st), gang_last_error());
   return 1;
 }
 
@@ -65,10 +65,10 @@ static gang_status call(gang_t *g, const bench_call *c) {
     return gang_all_gather(g, c->recv, c->inplace ? c->recv + mine : c->send,
                            c->s.per, dt);
   case BENCH_REDUCE_SCATTER:
-    return c->inplace ? gang_reduce_scatter(g, c->recv + mine, c->recv,
-                                            c->s.per, dt, op)
-                      : gang_reduce_scatter(g, c->recv, c->send, c->s.per, dt,
-                                            op);
+    return c->inplace
+               ? gang_reduce_scatter(g, c->recv + mine, c->recv, c->s.per, dt,
+                                     op)
+               : gang_reduce_scatter(g, c->recv, c->send, c->s.per, dt, op);
   case BENCH_ALL_TO_ALL:
     if (!c->inplace)
       return gang_all_to_all(g, c->recv, c->send, c->s.per, dt);
