@@ -37,6 +37,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "algo.h"
 #include "core/reduce.h"
 #include "shm_algo.h"
 
@@ -118,13 +119,6 @@ static gang_status allread(gang__shm_chan *c, unsigned char *buf, size_t count,
   return GANG_OK;
 }
 
-/* Element range of member j's block of an n-element chunk. */
-static void block(size_t n, int parts, int j, size_t *off, size_t *len) {
-  size_t base = n / (size_t)parts, extra = n % (size_t)parts, uj = (size_t)j;
-  *off = uj * base + (uj < extra ? uj : extra);
-  *len = base + (uj < extra ? 1 : 0);
-}
-
 /* ---- Busy machines -------------------------------------------------------
  *
  * A member counts its call as busy when, after everyone had arrived (the
@@ -188,14 +182,14 @@ static gang_status rsag(gang__shm_chan *c, unsigned char *buf, size_t count,
     for (int j = 0; j < p; j++) {
       if (j == me && me < 2)
         continue;
-      block(n, p, j, &off, &len);
+      algo_block(n, p, j, &off, &len);
       memcpy(mine + off * es, chunk + off * es, len * es);
     }
     gang__shm_publish(c, t);
     GANG_CHECK(gang__shm_wait_all(c, t));
     if (done == 0)
       mark = busy_start(c);
-    block(n, p, me, &off, &len);
+    algo_block(n, p, me, &off, &len);
     for (int j = 0; j < p; j++)
       src[j] = (j == me && me < 2 ? chunk : gang__shm_buf(c, j, t)) + off * es;
     shm_reduce_members(chunk + off * es, src, p, len, dt, op);
@@ -208,7 +202,7 @@ static gang_status rsag(gang__shm_chan *c, unsigned char *buf, size_t count,
     for (int j = 0; j < p; j++) {
       if (j == me)
         continue;
-      block(n, p, j, &off, &len);
+      algo_block(n, p, j, &off, &len);
       memcpy(chunk + off * es, gang__shm_buf(c, j, t2) + off * es, len * es);
     }
   }
@@ -235,7 +229,7 @@ static gang_status single_copy(gang__shm_chan *c, unsigned char *buf,
   /* Reduce my block, a cache-sized piece at a time. Writing my block of
    * my own buffer is safe: the others read only their own blocks of it. */
   size_t off, len;
-  block(count, p, me, &off, &len);
+  algo_block(count, p, me, &off, &len);
   for (size_t done = 0; done < len; done += piece) {
     size_t n = len - done < piece ? len - done : piece;
     size_t at = (off + done) * es;
@@ -261,7 +255,7 @@ static gang_status single_copy(gang__shm_chan *c, unsigned char *buf,
   for (int j = 0; j < p; j++) {
     if (j == me)
       continue;
-    block(count, p, j, &off, &len);
+    algo_block(count, p, j, &off, &len);
     if (len)
       GANG_CHECK(gang__shm_read_remote(c, j, buf + off * es,
                                        c->ctl[j]->pub.in + off * es, len * es));

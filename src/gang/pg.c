@@ -17,6 +17,24 @@
 
 static const gang__ops pg_ops;
 
+/* The last gang of a world frees it (store, fabric, arena). */
+void gang__pg_world_release(pg_world *w) {
+  if (w == NULL)
+    return;
+  pthread_mutex_lock(&w->mu);
+  int left = --w->refs;
+  pthread_mutex_unlock(&w->mu);
+  if (left > 0)
+    return;
+  gang__shm_destroy(w->shm);
+  free(w->hosts);
+  gang__fabric_destroy(w->fabric);
+  gang_store_close(w->store);
+  gang_store_server_stop(w->server);
+  pthread_mutex_destroy(&w->mu);
+  free(w);
+}
+
 static const char *kind_name(int kind) {
   return gang__coll_name((gang__coll_kind)kind);
 }

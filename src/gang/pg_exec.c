@@ -13,62 +13,6 @@
 #include "core/error.h"
 #include "pg_internal.h"
 
-/* ---- Names of calls, for error messages ------------------------------- */
-
-/* Every collective over TCP and every send or receive names itself before
- * it starts ("all_reduce #12 (gang rank 0/2)"), for errors only. snprintf
- * took 0.1-0.6 us of an 8-9 us small all_reduce over TCP (A/B
- * alternated), so the names are put together by hand. */
-typedef struct namebuf {
-  char *s;
-  size_t cap, len; /* cap >= 1; s[len] is always '\0' */
-} namebuf;
-
-static void nb_str(namebuf *b, const char *t) {
-  while (*t != '\0' && b->len + 1 < b->cap)
-    b->s[b->len++] = *t++;
-  b->s[b->len] = '\0';
-}
-
-static void nb_u64(namebuf *b, uint64_t v) {
-  char d[20];
-  int n = 0;
-  do
-    d[n++] = (char)('0' + v % 10);
-  while ((v /= 10) != 0);
-  while (n > 0 && b->len + 1 < b->cap)
-    b->s[b->len++] = d[--n];
-  b->s[b->len] = '\0';
-}
-
-static void nb_int(namebuf *b, int v) {
-  if (v < 0)
-    nb_str(b, "-");
-  nb_u64(b, v < 0 ? (uint64_t)0 - (uint64_t)(int64_t)v : (uint64_t)v);
-}
-
-void gang__pg_name_call(char *out, size_t cap, gang__coll_kind kind,
-                        uint64_t seq, int rank, int size, const char *tail) {
-  namebuf b = {out, cap, 0};
-  nb_str(&b, gang__coll_name(kind));
-  nb_str(&b, " #");
-  nb_u64(&b, seq);
-  nb_str(&b, " (gang rank ");
-  nb_int(&b, rank);
-  nb_str(&b, "/");
-  nb_int(&b, size);
-  nb_str(&b, tail);
-  nb_str(&b, ")");
-}
-
-void gang__pg_name_p2p(char *out, size_t cap, bool send, int peer, int tag) {
-  namebuf b = {out, cap, 0};
-  nb_str(&b, send ? "send to rank " : "recv from rank ");
-  nb_int(&b, peer);
-  nb_str(&b, " tag ");
-  nb_int(&b, tag);
-}
-
 /* ---- The table's inputs -------------------------------------------------- */
 
 /* The collective as the table knows it (ALGO_COLL_COUNT for send/recv). */
@@ -97,28 +41,7 @@ static algo_coll table_coll(gang__coll_kind kind) {
   return ALGO_COLL_COUNT;
 }
 
-/* The facts of a call over `size` members without shared memory. */
-static algo_facts tcp_facts(const gang__coll *c, int size) {
-  return (algo_facts){.bytes = c->count * gang_dtype_size(c->dtype),
-                      .count = c->count,
-                      .size = size};
-}
-
 /* ---- Shared memory ----------------------------------------------------- */
-
-void gang__pg_chan_start(gang__shm_chan *ch, gang_t *g, const gang_work *w) {
-  const gang__coll *c = &w->coll;
-  bool varying = c->kind == GANG_COLL_ALL_TO_ALL_V;
-  bool reduces =
-      c->kind == GANG_COLL_ALL_REDUCE || c->kind == GANG_COLL_REDUCE_SCATTER;
-  ch->op = gang__coll_name(c->kind);
-  ch->opseq = w->seq;
-  ch->sig = gang__shm_sig((int)c->kind, (int)c->dtype, reduces ? (int)c->op : 0,
-                          c->kind == GANG_COLL_BROADCAST ? c->root : 0,
-                          varying ? 0 : c->count * gang_dtype_size(c->dtype));
-  ch->timeout_ms = g->timeout_ms;
-  ch->deadline = 0;
-}
 
 /* Runs w's collective over the channel with algorithm `a`. */
 static gang_status run_shm(gang_t *g, gang_work *w, gang__shm_chan *ch,
@@ -161,31 +84,6 @@ static gang_status run_shm(gang_t *g, gang_work *w, gang__shm_chan *ch,
 
 /* ---- TCP ------------------------------------------------------------------
  */
-
-algo_ctx gang__pg_tcp_ctx(pg *p, const gang_work *w, int rank, int size,
-                          const int *world, uint64_t ctx, int64_t deadline,
-                          const char *what) {
-  return (algo_ctx){
-      .f = p->w->fabric,
-      .rank = rank,
-      .size = size,
-      .world = world,
-      .ctx = ctx,
-      .seq = w->seq,
-      .deadline = deadline,
-      .what = what,
-      .scratch = &p->scratch[0],
-      .scratch_cap = &p->scratch_cap[0],
-  };
-}
-
-gang_status gang__pg_tcp_allreduce(pg *p, algo_ctx *a, const gang__coll *c) {
-  algo_facts f = tcp_facts(c, a->size);
-  if (algo_select(&p->w->choice, ALGO_ALL_REDUCE, ALGO_PATH_TCP, &f) ==
-      ALGO_TCP_RING)
-    return algo_allreduce_ring(a, c->out, c->count, c->dtype, c->op);
-  return algo_allreduce_rd(a, c->out, c->count, c->dtype, c->op);
-}
 
 /* Runs w's collective flat over TCP. */
 static gang_status run_tcp(gang_t *g, gang_work *w) {
@@ -276,7 +174,7 @@ gang_status gang__pg_execute(gang_t *g, gang_work *w) {
     }
   }
   if (p->hier != NULL) {
-    algo_facts f = tcp_facts(c, g->size);
+    algo_facts f = gang__pg_tcp_facts(c, g->size);
     gang_status st;
     if (algo_select(&p->w->choice, coll, ALGO_PATH_HIER, &f) == ALGO_HIER) {
       atomic_store_explicit(&p->last_algo, ALGO_HIER, memory_order_relaxed);
@@ -284,7 +182,7 @@ gang_status gang__pg_execute(gang_t *g, gang_work *w) {
         return st;
     }
   }
-  algo_facts f = tcp_facts(c, g->size);
+  algo_facts f = gang__pg_tcp_facts(c, g->size);
   atomic_store_explicit(&p->last_algo,
                         algo_select(&p->w->choice, coll, ALGO_PATH_TCP, &f),
                         memory_order_relaxed);

@@ -1,18 +1,22 @@
 /* The process-group gang's parts, shared by its files:
  *
- *   pg.c        the backend: a gang's state, sub-gangs, abort, destroy
  *   pg_world.c  creating a world (store, fabric, shared memory) and its
- *               first gang; the world's lifetime
- *   pg_addr.c   the address this rank listens on
+ *               first gang
+ *   pg.c        the backend: a gang's state, sub-gangs, abort, destroy;
+ *               the world's end with its last gang
  *   pg_queue.c  posting, running and waiting for collectives (the queue
  *               and its worker thread)
  *   pg_p2p.c    send and receive
  *   pg_exec.c   executing one collective on the chosen path and algorithm
  *   pg_hier.c   gangs over several hosts: shared memory inside, TCP between
  *   pg_diag.c   after a timeout: which ranks reached the collective
+ *   pg_call.c   what those share: names of calls, a channel prepared for a
+ *               call, the algorithms' view of a TCP call
+ *   pg_addr.c   the address this rank listens on
  *
- * Calls go one way: pg_world -> pg -> pg_queue / pg_p2p -> pg_exec ->
- * pg_hier; pg_queue -> pg_diag. None of this is thread-safe unless said. */
+ * Calls go one way: pg_world -> pg -> pg_queue / pg_p2p; pg_queue ->
+ * pg_exec -> pg_hier -> pg_call; pg_queue -> pg_diag; pg_world -> pg_addr.
+ * None of this is thread-safe unless said. */
 #ifndef GANG_GANG_PG_INTERNAL_H
 #define GANG_GANG_PG_INTERNAL_H
 
@@ -98,8 +102,6 @@ gang_status gang__pg_new(pg_world *w, const int *map, int size, int rank,
                          uint64_t ctx, gang_device device, int64_t timeout_ms,
                          gang_t **out);
 
-/* ---- pg_world.c ---- */
-
 /* Drops a reference to w; the last one frees it. */
 void gang__pg_world_release(pg_world *w);
 
@@ -133,6 +135,8 @@ void gang__pg_p2p_cancel_all(gang_t *g);
  * algorithm the selection table (src/algo/select.c) names. */
 gang_status gang__pg_execute(gang_t *g, gang_work *w);
 
+/* ---- pg_call.c ---- */
+
 /* "<kind> #<seq> (gang rank <rank>/<size><tail>)", for errors. */
 void gang__pg_name_call(char *out, size_t cap, gang__coll_kind kind,
                         uint64_t seq, int rank, int size, const char *tail);
@@ -140,6 +144,9 @@ void gang__pg_name_p2p(char *out, size_t cap, bool send, int peer, int tag);
 
 /* Prepares channel ch for w's collective (names, signature, deadline). */
 void gang__pg_chan_start(gang__shm_chan *ch, gang_t *g, const gang_work *w);
+
+/* The table's facts of call c over `size` members without shared memory. */
+algo_facts gang__pg_tcp_facts(const gang__coll *c, int size);
 
 /* The algorithms' view of w's collective over the fabric ranks
  * world[0..size), in which this rank is `rank`. */

@@ -16,23 +16,6 @@
 #include "gang/env.h"
 #include "pg_internal.h"
 
-void gang__pg_world_release(pg_world *w) {
-  if (w == NULL)
-    return;
-  pthread_mutex_lock(&w->mu);
-  int left = --w->refs;
-  pthread_mutex_unlock(&w->mu);
-  if (left > 0)
-    return;
-  gang__shm_destroy(w->shm);
-  free(w->hosts);
-  gang__fabric_destroy(w->fabric);
-  gang_store_close(w->store);
-  gang_store_server_stop(w->server);
-  pthread_mutex_destroy(&w->mu);
-  free(w);
-}
-
 /* A field of the caller's options, or `def` when the caller's struct is
  * too old (smaller) to have it or there are no options. */
 #define OPT(o, field, def) GANG__OPTS_GET(gang_options, o, field, def)

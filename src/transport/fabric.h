@@ -145,7 +145,4 @@ int gang__fabric_peer_fd(const gang__fabric *f, int peer);
 /* The pacing piece of exchanges with `peer` (0: unpaced; for tests). */
 size_t gang__fabric_peer_piece(const gang__fabric *f, int peer);
 
-int gang__fabric_rank(const gang__fabric *f);
-int gang__fabric_size(const gang__fabric *f);
-
 #endif

@@ -1,11 +1,14 @@
-/* The TCP fabric's parts, shared by its files:
+/* The TCP fabric's parts, shared by its files, which call one way:
+ * fabric_engine.c and fabric_setup.c use fabric.c, never the reverse.
  *
- *   fabric.c        failure, registration of transfers, the wait loop and
- *                   the calls of fabric.h
- *   fabric_wire.c   framing: sending queued transfers, reading frames and
- *                   matching them to receives or keeping them early
- *   fabric_setup.c  connecting the world (hello, connect and accept, TCP
- *                   tuning) and tearing it down
+ *   fabric.c         connections: framing, sending queued transfers,
+ *                    reading frames and matching them to receives or
+ *                    keeping them early; failure (the fabric fails, tells
+ *                    its peers, completes every transfer)
+ *   fabric_engine.c  registration of transfers, the progress pass and the
+ *                    wait loop: the calls of fabric.h that move bytes
+ *   fabric_setup.c   connecting the world (hello, connect and accept, TCP
+ *                    tuning) and tearing it down
  *
  * Frame: a 32-byte little-endian header then the payload; a DATA frame of
  * PAD_MIN bytes or more has PAD zero bytes between the two (frame_head).
@@ -163,7 +166,7 @@ struct gang__fabric {
   uint64_t moved; /* syscalls that moved bytes, for the spin */
 };
 
-/* ---- fabric.c ---- */
+/* ---- fabric.c: failure ---- */
 
 /* Marks x done and counts it in its group. */
 void fabric_complete(gang__fabric *f, gang__xfer *x);
@@ -173,7 +176,7 @@ void fabric_fail_locked(gang__fabric *f, gang_status st, const char *reason);
 /* Fails a transfer to a peer that said goodbye before it. */
 void fabric_left_before(gang__fabric *f, conn *c);
 
-/* ---- fabric_wire.c ---- */
+/* ---- fabric.c: connections ---- */
 
 /* Bytes before the payload of a frame of this kind and length. */
 size_t fabric_frame_head(uint32_t kind, uint64_t len);

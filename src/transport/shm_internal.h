@@ -1,9 +1,10 @@
-/* The shared-memory arena's parts, shared by its files:
+/* The shared-memory transport's parts, shared by its files, which call
+ * one way: shm_arena.c uses shm.c, never the reverse.
  *
- *   shm.c       setup: host identity, the memfd, agreement on single copy
- *               and chunk size; channels of gangs
- *   shm_wait.c  waits and wake-ups (spin, yield, move off a shared CPU,
- *               futex sleep), failure of the arena, single copy
+ *   shm.c        waits and wake-ups (spin, move off a shared CPU, yield,
+ *                futex sleep), failure of the arena, single copy
+ *   shm_arena.c  setup: host identity, the memfd, agreement on single copy,
+ *                room and chunk size; channels of gangs
  *
  * See shm.h for the whole design. */
 #ifndef GANG_TRANSPORT_SHM_INTERNAL_H
