@@ -25,19 +25,17 @@
  *   single copy (three or more members, from 1 MiB, when allowed): each
  *     member pulls its block straight from the others' buffers, reduces,
  *     then pulls the others' reduced blocks. Three steps, no staging.
- *     Two members take it from 4 MiB when the machine is busy (see
- *     busy_machine): staged chunks are 1.4-2.4x faster on an idle machine
- *     (4-64 MiB), but each chunk is two steps at which both members must
- *     run, and beside four shell loops of `sleep 0.001` on 2 cores 64 MiB
- *     took 77-87 ms staged against 27-28 single copy (A/B alternated).
+ *     Two members may take it from 16 MiB when the machine is busy, when
+ *     they measured it faster there ("Busy machines" below).
  *
  * Results are bit-identical on every member: every element is reduced in
  * rank order (m0 op m1 op m2 ...) by one member, or by all in the same
  * order. */
 #include <string.h>
-#include <sys/resource.h>
+#include <time.h>
 
 #include "algo.h"
+#include "core/clock.h"
 #include "core/reduce.h"
 #include "shm_algo.h"
 
@@ -121,43 +119,127 @@ static gang_status allread(gang__shm_chan *c, unsigned char *buf, size_t count,
 
 /* ---- Busy machines -------------------------------------------------------
  *
- * A member counts its call as busy when, after everyone had arrived (the
- * first wait of the call), one of its waits outlasted the spin (the member
- * waited for was not running) or the kernel took its CPU away twice
- * (involuntary context switches; an idle machine here has a few tens a
- * second). Late arrivals do not count: ranks of a training job arrive
- * apart all the time. The next large call of the channel starts with a
- * flagged step in which every member says whether its last one was busy;
- * any yes takes single copy, on every member alike. */
+ * From 16 MiB two members choose per call between staged chunks and
+ * single copy. On an idle machine staged chunks win (1.4-2.4x at 4-64 MiB). On a
+ * busy one it depends on the machine: beside four shell loops of
+ * `sleep 0.001`, 64 MiB took 77-87 ms staged against 27-28 single copy in
+ * the 2-core machine's slow state (each staged chunk is two steps at which
+ * both members must be running; single copy has three in all), but 20
+ * against 29-32 ms in its fast state, and 4 MiB 0.26-0.29 against
+ * 0.6-1.6 ms. So a busy machine is not a rule but a question, answered by
+ * measurement: each member times its large calls on a busy machine, per
+ * way and size class, and proposes the way whose last five times have the
+ * lower median (each way is tried once first, and one busy call in sixteen
+ * tries the other again, as states change); on an idle machine it
+ * proposes staged chunks. From 4 MiB the trials cost more than single
+ * copy ever saved (4 MiB beside four loops: 0.5-2.9 ms measuring against
+ * 0.3-0.9 staged).
+ *
+ * A member counts its call as busy when, from the moment everyone had
+ * arrived (the first wait of the call) to its end, its thread ran less than
+ * SHM_BUSY_SHARE of the time: the scheduler gave its CPU to others. On an
+ * idle machine a member runs throughout (it copies, reduces or spins).
+ * Late arrivals do not count: ranks of a training job arrive apart all the
+ * time. (Counting waits that outlasted the spin, or two involuntary
+ * context switches, turned an idle machine busy for good in two runs of
+ * six: a 64 MiB single copy takes long enough to meet both.)
+ *
+ * The members agree in one flagged step before the call: each publishes
+ * its proposal, and any single copy takes single copy on every member. */
+#define SHM_BUSY_SHARE 0.75
+#define SHM_BUSY_RETRY 16
 
-static long involuntary_switches(void) {
-  struct rusage u;
-  return getrusage(RUSAGE_THREAD, &u) == 0 ? u.ru_nivcsw : 0;
+enum { WAY_STAGED = 0, WAY_SINGLE_COPY = 1 };
+
+static int64_t thread_cpu_ns(void) {
+  struct timespec ts;
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+    return 0;
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-typedef struct busy_mark {
-  uint64_t waits_long;
-  long switches;
-} busy_mark;
-
-static busy_mark busy_start(const gang__shm_chan *c) {
-  return (busy_mark){c->waits_long, involuntary_switches()};
+/* Everyone has arrived: the call's busy clock starts. */
+static void busy_arrived(gang__shm_chan *c) {
+  c->busy_wall0 = gang__now_ns();
+  c->busy_cpu0 = thread_cpu_ns();
 }
 
-static void busy_end(gang__shm_chan *c, busy_mark m) {
-  c->busy =
-      c->waits_long > m.waits_long || involuntary_switches() >= m.switches + 2;
+/* The call ends: was the machine busy, and how long did it take. */
+static void busy_end(gang__shm_chan *c) {
+  int64_t wall = gang__now_ns() - c->busy_wall0;
+  int64_t cpu = thread_cpu_ns() - c->busy_cpu0;
+  c->busy = wall > 0 && (double)cpu < SHM_BUSY_SHARE * (double)wall;
+  c->busy_wall = wall;
 }
 
-/* One flagged step: whether any member's last large call was busy. */
-static gang_status busy_machine(gang__shm_chan *c, bool *any) {
-  unsigned char mine = c->busy, theirs;
+#define SHM_BUSY_CLASSES 6
+#define SHM_BUSY_SAMPLES 5
+
+/* The size class of a large call: 16, 32, ... MiB, 512 MiB and up. */
+static int busy_class(size_t bytes) {
+  int k = 0;
+  for (size_t b = bytes >> 25; b != 0 && k < SHM_BUSY_CLASSES - 1; b >>= 1)
+    k++;
+  return k;
+}
+
+/* The median of a way's samples (times are heavy-tailed on a busy
+ * machine: one preempted call must not decide), 0 when there are none. */
+static double busy_typical(const gang__shm_chan *c, int k, int way) {
+  int n = c->busy_n[k][way];
+  float v[SHM_BUSY_SAMPLES];
+  for (int i = 0; i < n; i++)
+    v[i] = c->busy_ns_mib[k][way][i];
+  for (int i = 1; i < n; i++) /* insertion sort of at most 5 */
+    for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
+      float x = v[j];
+      v[j] = v[j - 1];
+      v[j - 1] = x;
+    }
+  return n == 0 ? 0 : v[n / 2];
+}
+
+/* This member's proposal for a large call of `bytes`. */
+static int busy_proposal(const gang__shm_chan *c, size_t bytes) {
+  if (!c->busy)
+    return WAY_STAGED;
+  int k = busy_class(bytes);
+  double staged = busy_typical(c, k, WAY_STAGED),
+         single = busy_typical(c, k, WAY_SINGLE_COPY);
+  if (single == 0)
+    return WAY_SINGLE_COPY;
+  if (staged == 0)
+    return WAY_STAGED;
+  int best = single < staged ? WAY_SINGLE_COPY : WAY_STAGED;
+  /* Every member counts steps alike, so busy members retry together. */
+  return c->step / 3 % SHM_BUSY_RETRY == SHM_BUSY_RETRY - 1 ? 1 - best : best;
+}
+
+/* A call of `bytes` made `way` took c->busy_wall: kept if it was busy. */
+static void busy_learn(gang__shm_chan *c, int way, size_t bytes) {
+  if (!c->busy || bytes == 0)
+    return;
+  int k = busy_class(bytes);
+  uint8_t *n = &c->busy_n[k][way];
+  float *v = c->busy_ns_mib[k][way];
+  if (*n == SHM_BUSY_SAMPLES) { /* drop the oldest */
+    memmove(v, v + 1, (SHM_BUSY_SAMPLES - 1) * sizeof *v);
+    (*n)--;
+  }
+  v[(*n)++] = (float)((double)c->busy_wall / ((double)bytes / 1048576.0));
+  c->busy_calls++;
+}
+
+/* One flagged step: the way every member takes. */
+static gang_status busy_agree(gang__shm_chan *c, size_t bytes, int *way) {
+  unsigned char mine = (unsigned char)busy_proposal(c, bytes), theirs;
   uint64_t t;
   GANG_CHECK(shm_ll_step(c, &mine, 1, &t));
-  *any = false;
+  *way = WAY_STAGED;
   for (int j = 0; j < c->size; j++) {
     shm_ll_gather(&theirs, c, j, t, 1);
-    *any |= theirs != 0;
+    if (theirs == WAY_SINGLE_COPY)
+      *way = WAY_SINGLE_COPY;
   }
   return GANG_OK;
 }
@@ -168,7 +250,6 @@ static gang_status rsag(gang__shm_chan *c, unsigned char *buf, size_t count,
   size_t per = c->chunk / es;
   int p = c->size, me = c->rank;
   unsigned char *src[GANG_SHM_MAX_LOCAL];
-  busy_mark mark = {0, 0};
   for (size_t done = 0; done < count; done += per) {
     size_t n = count - done < per ? count - done : per;
     unsigned char *chunk = buf + done * es;
@@ -188,7 +269,7 @@ static gang_status rsag(gang__shm_chan *c, unsigned char *buf, size_t count,
     gang__shm_publish(c, t);
     GANG_CHECK(gang__shm_wait_all(c, t));
     if (done == 0)
-      mark = busy_start(c);
+      busy_arrived(c);
     algo_block(n, p, me, &off, &len);
     for (int j = 0; j < p; j++)
       src[j] = (j == me && me < 2 ? chunk : gang__shm_buf(c, j, t)) + off * es;
@@ -206,7 +287,7 @@ static gang_status rsag(gang__shm_chan *c, unsigned char *buf, size_t count,
       memcpy(chunk + off * es, gang__shm_buf(c, j, t2) + off * es, len * es);
     }
   }
-  busy_end(c, mark);
+  busy_end(c);
   return GANG_OK;
 }
 
@@ -225,7 +306,7 @@ static gang_status single_copy(gang__shm_chan *c, unsigned char *buf,
   c->ctl[me]->pub.in = (uint64_t)(uintptr_t)buf;
   gang__shm_publish(c, t);
   GANG_CHECK(gang__shm_wait_all(c, t));
-  busy_mark mark = busy_start(c);
+  busy_arrived(c);
   /* Reduce my block, a cache-sized piece at a time. Writing my block of
    * my own buffer is safe: the others read only their own blocks of it. */
   size_t off, len;
@@ -265,7 +346,7 @@ static gang_status single_copy(gang__shm_chan *c, unsigned char *buf,
   uint64_t t3 = ++c->step;
   gang__shm_publish(c, t3);
   GANG_CHECK(gang__shm_wait_all(c, t3));
-  busy_end(c, mark);
+  busy_end(c);
   return GANG_OK;
 }
 
@@ -283,11 +364,12 @@ gang_status shm_allreduce(gang__shm_chan *c, void *buf, size_t count,
   case ALGO_SHM_ALLREAD:
     return allread(c, buf, count, dt, op);
   case ALGO_SHM_STAGED_BUSY: {
-    bool busy;
-    GANG_CHECK(busy_machine(c, &busy));
-    if (busy)
-      return single_copy(c, buf, count, dt, op);
-    return rsag(c, buf, count, dt, op);
+    int way;
+    GANG_CHECK(busy_agree(c, count * gang_dtype_size(dt), &way));
+    GANG_CHECK(way == WAY_SINGLE_COPY ? single_copy(c, buf, count, dt, op)
+                                      : rsag(c, buf, count, dt, op));
+    busy_learn(c, way, count * gang_dtype_size(dt));
+    return GANG_OK;
   }
   case ALGO_SHM_STAGED:
     return rsag(c, buf, count, dt, op);

@@ -308,7 +308,6 @@ gang_status gang__shm_wait_slow(gang__shm_chan *c, int member, uint64_t seq) {
    * CPUs rotating among the runnable ones. Measured with 8 and 16 ranks on
    * 2 cores (bench/compare, 100-200 iterations): small all_reduce 110-160
    * -> 40-150 us, 0.2-0.5x Open MPI's time where it had been 0.85-1.2x. */
-  c->waits_long++;
   if (yield) {
     for (int i = 0; c->oversubscribed && i < 4; i++) {
       if (atomic_load_explicit(&f->seq, memory_order_acquire) >= seq)
