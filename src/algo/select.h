@@ -42,8 +42,8 @@ typedef enum algo_path {
   X(SHM_SMALL, "small", "each member's small slot of one step")                \
   X(SHM_ALLREAD, "allread", "stage, then reduce every member's copy")          \
   X(SHM_STAGED, "staged", "chunks through the staging buffers")                \
-  X(SHM_STAGED_BUSY, "staged_or_single_copy",                                  \
-    "staged; on a busy machine the way the members measured faster")          \
+  X(SHM_MEASURED, "staged_or_single_copy",                                     \
+    "staged or single copy, whichever the members measured faster")            \
   X(SHM_SINGLE_COPY, "single_copy",                                            \
     "process_vm_readv from the peers' buffers")                                \
   X(SHM_TWO_ENDS, "two_ends",                                                  \

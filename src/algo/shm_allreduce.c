@@ -25,14 +25,13 @@
  *   single copy (three or more members, from 1 MiB, when allowed): each
  *     member pulls its block straight from the others' buffers, reduces,
  *     then pulls the others' reduced blocks. Three steps, no staging.
- *     Two members may take it from 16 MiB when the machine is busy, when
- *     they measured it faster there ("Busy machines" below).
+ *     Two members take it from 16 MiB when they measured it faster than
+ *     staged chunks ("Staged or single copy: measured" below).
  *
  * Results are bit-identical on every member: every element is reduced in
  * rank order (m0 op m1 op m2 ...) by one member, or by all in the same
  * order. */
 #include <string.h>
-#include <time.h>
 
 #include "algo.h"
 #include "core/clock.h"
@@ -117,79 +116,54 @@ static gang_status allread(gang__shm_chan *c, unsigned char *buf, size_t count,
   return GANG_OK;
 }
 
-/* ---- Busy machines -------------------------------------------------------
+/* ---- Staged or single copy: measured -------------------------------------
  *
- * From 16 MiB two members choose per call between staged chunks and
- * single copy. On an idle machine staged chunks win (1.4-2.4x at 4-64 MiB). On a
- * busy one it depends on the machine: beside four shell loops of
- * `sleep 0.001`, 64 MiB took 77-87 ms staged against 27-28 single copy in
- * the 2-core machine's slow state (each staged chunk is two steps at which
- * both members must be running; single copy has three in all), but 20
- * against 29-32 ms in its fast state, and 4 MiB 0.26-0.29 against
- * 0.6-1.6 ms. So a busy machine is not a rule but a question, answered by
- * measurement: each member times its large calls on a busy machine, per
- * way and size class, and proposes the way whose last five times have the
- * lower median (each way is tried once first, and one busy call in sixteen
- * tries the other again, as states change); on an idle machine it
- * proposes staged chunks. From 4 MiB the trials cost more than single
- * copy ever saved (4 MiB beside four loops: 0.5-2.9 ms measuring against
- * 0.3-0.9 staged).
+ * From 16 MiB two members choose per call between staged chunks and single
+ * copy by measuring both. No rule held on the 2-core machine of the
+ * figures: idle in its fast state staged chunks took 7-8 ms for 64 MiB
+ * against 17-19 single copy, idle in its slow state 32 against 19; beside
+ * four shell loops of `sleep 0.001` staged took 20-24 ms against 29-36 in
+ * the fast state and 77-87 against 27-28 in the slow one (each staged chunk
+ * is two steps at which both members must run; single copy has three in
+ * all, and copies the bytes once fewer).
  *
- * A member counts its call as busy when, from the moment everyone had
- * arrived (the first wait of the call) to its end, its thread ran less than
- * SHM_BUSY_SHARE of the time: the scheduler gave its CPU to others. On an
- * idle machine a member runs throughout (it copies, reduces or spins).
- * Late arrivals do not count: ranks of a training job arrive apart all the
- * time. (Counting waits that outlasted the spin, or two involuntary
- * context switches, turned an idle machine busy for good in two runs of
- * six: a 64 MiB single copy takes long enough to meet both.)
- *
- * The members agree in one flagged step before the call: each publishes
- * its proposal, and any single copy takes single copy on every member. */
-#define SHM_BUSY_SHARE 0.75
-#define SHM_BUSY_RETRY 16
+ * Each member times its calls from the moment everyone had arrived (the
+ * first wait of the call; late arrivals are the application's) to their
+ * end, keeps the last five per way and size class, and proposes the way
+ * whose times have the lower median (one slow call must not decide):
+ * staged first, single copy next, then the faster, and the other again in
+ * one call in SHM_WAY_RETRY, as the machine's state changes. The members
+ * agree in one flagged step before the call: any single copy takes single
+ * copy on every member. Below 16 MiB the trials cost more than single copy
+ * ever saved (4 MiB beside four loops: 0.5-2.9 ms measuring against
+ * 0.3-0.9 staged). */
+#define SHM_WAY_RETRY 64
+#define SHM_WAY_CLASSES 6
+#define SHM_WAY_SAMPLES 5
 
 enum { WAY_STAGED = 0, WAY_SINGLE_COPY = 1 };
 
-static int64_t thread_cpu_ns(void) {
-  struct timespec ts;
-  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
-    return 0;
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+/* Everyone has arrived: the call's clock starts. */
+static void way_arrived(gang__shm_chan *c) { c->way_wall0 = gang__now_ns(); }
+
+static void way_end(gang__shm_chan *c) {
+  c->way_wall = gang__now_ns() - c->way_wall0;
 }
 
-/* Everyone has arrived: the call's busy clock starts. */
-static void busy_arrived(gang__shm_chan *c) {
-  c->busy_wall0 = gang__now_ns();
-  c->busy_cpu0 = thread_cpu_ns();
-}
-
-/* The call ends: was the machine busy, and how long did it take. */
-static void busy_end(gang__shm_chan *c) {
-  int64_t wall = gang__now_ns() - c->busy_wall0;
-  int64_t cpu = thread_cpu_ns() - c->busy_cpu0;
-  c->busy = wall > 0 && (double)cpu < SHM_BUSY_SHARE * (double)wall;
-  c->busy_wall = wall;
-}
-
-#define SHM_BUSY_CLASSES 6
-#define SHM_BUSY_SAMPLES 5
-
-/* The size class of a large call: 16, 32, ... MiB, 512 MiB and up. */
-static int busy_class(size_t bytes) {
+/* The size class of a call: 16, 32, ... MiB, 512 MiB and up. */
+static int way_class(size_t bytes) {
   int k = 0;
-  for (size_t b = bytes >> 25; b != 0 && k < SHM_BUSY_CLASSES - 1; b >>= 1)
+  for (size_t b = bytes >> 25; b != 0 && k < SHM_WAY_CLASSES - 1; b >>= 1)
     k++;
   return k;
 }
 
-/* The median of a way's samples (times are heavy-tailed on a busy
- * machine: one preempted call must not decide), 0 when there are none. */
-static double busy_typical(const gang__shm_chan *c, int k, int way) {
-  int n = c->busy_n[k][way];
-  float v[SHM_BUSY_SAMPLES];
+/* The median of a way's times (ns per MiB), 0 when there are none. */
+static double way_typical(const gang__shm_chan *c, int k, int way) {
+  int n = c->way_n[k][way];
+  float v[SHM_WAY_SAMPLES];
   for (int i = 0; i < n; i++)
-    v[i] = c->busy_ns_mib[k][way][i];
+    v[i] = c->way_ns_mib[k][way][i];
   for (int i = 1; i < n; i++) /* insertion sort of at most 5 */
     for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
       float x = v[j];
@@ -199,40 +173,38 @@ static double busy_typical(const gang__shm_chan *c, int k, int way) {
   return n == 0 ? 0 : v[n / 2];
 }
 
-/* This member's proposal for a large call of `bytes`. */
-static int busy_proposal(const gang__shm_chan *c, size_t bytes) {
-  if (!c->busy)
-    return WAY_STAGED;
-  int k = busy_class(bytes);
-  double staged = busy_typical(c, k, WAY_STAGED),
-         single = busy_typical(c, k, WAY_SINGLE_COPY);
-  if (single == 0)
-    return WAY_SINGLE_COPY;
+/* This member's proposal for a call of `bytes`. Every member makes the
+ * same calls, so c->way_calls is the same on all and they retry together. */
+static int way_proposal(const gang__shm_chan *c, size_t bytes) {
+  int k = way_class(bytes);
+  double staged = way_typical(c, k, WAY_STAGED),
+         single = way_typical(c, k, WAY_SINGLE_COPY);
   if (staged == 0)
     return WAY_STAGED;
+  if (single == 0)
+    return WAY_SINGLE_COPY;
   int best = single < staged ? WAY_SINGLE_COPY : WAY_STAGED;
-  /* Every member counts steps alike, so busy members retry together. */
-  return c->step / 3 % SHM_BUSY_RETRY == SHM_BUSY_RETRY - 1 ? 1 - best : best;
+  return c->way_calls % SHM_WAY_RETRY == SHM_WAY_RETRY - 1 ? 1 - best : best;
 }
 
-/* A call of `bytes` made `way` took c->busy_wall: kept if it was busy. */
-static void busy_learn(gang__shm_chan *c, int way, size_t bytes) {
-  if (!c->busy || bytes == 0)
+/* A call of `bytes` made `way` took c->way_wall. */
+static void way_learn(gang__shm_chan *c, int way, size_t bytes) {
+  c->way_calls++;
+  if (bytes == 0)
     return;
-  int k = busy_class(bytes);
-  uint8_t *n = &c->busy_n[k][way];
-  float *v = c->busy_ns_mib[k][way];
-  if (*n == SHM_BUSY_SAMPLES) { /* drop the oldest */
-    memmove(v, v + 1, (SHM_BUSY_SAMPLES - 1) * sizeof *v);
+  int k = way_class(bytes);
+  uint8_t *n = &c->way_n[k][way];
+  float *v = c->way_ns_mib[k][way];
+  if (*n == SHM_WAY_SAMPLES) { /* drop the oldest */
+    memmove(v, v + 1, (SHM_WAY_SAMPLES - 1) * sizeof *v);
     (*n)--;
   }
-  v[(*n)++] = (float)((double)c->busy_wall / ((double)bytes / 1048576.0));
-  c->busy_calls++;
+  v[(*n)++] = (float)((double)c->way_wall / ((double)bytes / 1048576.0));
 }
 
 /* One flagged step: the way every member takes. */
-static gang_status busy_agree(gang__shm_chan *c, size_t bytes, int *way) {
-  unsigned char mine = (unsigned char)busy_proposal(c, bytes), theirs;
+static gang_status way_agree(gang__shm_chan *c, size_t bytes, int *way) {
+  unsigned char mine = (unsigned char)way_proposal(c, bytes), theirs;
   uint64_t t;
   GANG_CHECK(shm_ll_step(c, &mine, 1, &t));
   *way = WAY_STAGED;
@@ -269,7 +241,7 @@ static gang_status rsag(gang__shm_chan *c, unsigned char *buf, size_t count,
     gang__shm_publish(c, t);
     GANG_CHECK(gang__shm_wait_all(c, t));
     if (done == 0)
-      busy_arrived(c);
+      way_arrived(c);
     algo_block(n, p, me, &off, &len);
     for (int j = 0; j < p; j++)
       src[j] = (j == me && me < 2 ? chunk : gang__shm_buf(c, j, t)) + off * es;
@@ -287,7 +259,7 @@ static gang_status rsag(gang__shm_chan *c, unsigned char *buf, size_t count,
       memcpy(chunk + off * es, gang__shm_buf(c, j, t2) + off * es, len * es);
     }
   }
-  busy_end(c);
+  way_end(c);
   return GANG_OK;
 }
 
@@ -306,7 +278,7 @@ static gang_status single_copy(gang__shm_chan *c, unsigned char *buf,
   c->ctl[me]->pub.in = (uint64_t)(uintptr_t)buf;
   gang__shm_publish(c, t);
   GANG_CHECK(gang__shm_wait_all(c, t));
-  busy_arrived(c);
+  way_arrived(c);
   /* Reduce my block, a cache-sized piece at a time. Writing my block of
    * my own buffer is safe: the others read only their own blocks of it. */
   size_t off, len;
@@ -346,7 +318,7 @@ static gang_status single_copy(gang__shm_chan *c, unsigned char *buf,
   uint64_t t3 = ++c->step;
   gang__shm_publish(c, t3);
   GANG_CHECK(gang__shm_wait_all(c, t3));
-  busy_end(c);
+  way_end(c);
   return GANG_OK;
 }
 
@@ -363,12 +335,13 @@ gang_status shm_allreduce(gang__shm_chan *c, void *buf, size_t count,
     return single_copy(c, buf, count, dt, op);
   case ALGO_SHM_ALLREAD:
     return allread(c, buf, count, dt, op);
-  case ALGO_SHM_STAGED_BUSY: {
+  case ALGO_SHM_MEASURED: {
     int way;
-    GANG_CHECK(busy_agree(c, count * gang_dtype_size(dt), &way));
+    size_t bytes = count * gang_dtype_size(dt);
+    GANG_CHECK(way_agree(c, bytes, &way));
     GANG_CHECK(way == WAY_SINGLE_COPY ? single_copy(c, buf, count, dt, op)
                                       : rsag(c, buf, count, dt, op));
-    busy_learn(c, way, count * gang_dtype_size(dt));
+    way_learn(c, way, bytes);
     return GANG_OK;
   }
   case ALGO_SHM_STAGED:

@@ -131,17 +131,14 @@ typedef struct gang__shm_chan {
   int64_t deadline;        /* of the running collective */
   int64_t next_poke;       /* when a sleeping wait next pokes the fabric */
   int64_t next_move;       /* when a wait may next move off a shared CPU */
-  /* How large two-member all_reduces choose on a busy machine
-   * (src/algo/shm_allreduce.c, "Busy machines"). */
-  bool busy;               /* the last large all_reduce saw a busy machine */
-  int64_t busy_wall0;      /* its clock and CPU time when all had arrived */
-  int64_t busy_cpu0;
-  int64_t busy_wall;       /* its time from then to its end */
-  /* Per size class (16, 32, ... 512 MiB and up) and way (staged, single
-   * copy): the last few times of calls on a busy machine, ns per MiB. */
-  float busy_ns_mib[6][2][5];
-  uint8_t busy_n[6][2];    /* samples kept of each (up to 5) */
-  uint32_t busy_calls;     /* calls made on a busy machine */
+  /* How large two-member all_reduces choose between staged chunks and
+   * single copy (src/algo/shm_allreduce.c): the clock when all arrived,
+   * the last call's time from then, and per size class (16, 32, ... 512
+   * MiB and up) and way the last few times, ns per MiB. */
+  int64_t way_wall0, way_wall;
+  float way_ns_mib[6][2][5];
+  uint8_t way_n[6][2];   /* times kept of each (up to 5) */
+  uint32_t way_calls;    /* calls that chose so far */
   int64_t timeout_ms;      /* of the running collective; with deadline 0, the
                               first wait that sleeps sets the deadline (the
                               spin before it, under 1 ms, is not counted) */
