@@ -386,6 +386,10 @@ static gang_status post_heap(gang_t *g, const gang__coll *c, gang_work **out,
   return GANG_OK;
 }
 
+gang_status gang__post_coll(gang_t *g, const gang__coll *c, gang_work **out) {
+  return post_heap(g, c, out, gang__coll_name(c->kind));
+}
+
 gang_status gang_work_wait(gang_work *w, int64_t timeout_ms) {
   GANG_ARG_CHECK(w != NULL, "gang_work_wait", "w is NULL");
   return wait_work(w, timeout_ms);

@@ -69,6 +69,8 @@ typedef struct gang__ops {
   void (*abort)(gang_t *g);
   /* Frees the backend's state; gang.c frees the handle. */
   void (*destroy)(gang_t *g);
+  /* Configurable gangs (src/ft/ft_impl.h); NULL for others. */
+  const struct gang__ft_ops *ft;
 } gang__ops;
 
 struct gang {
@@ -112,6 +114,12 @@ void gang__work_complete(gang_work *w, gang_status st);
 /* Completes `w` with a failure that leaves the gang usable (an operation
  * the backend does not support). */
 void gang__work_reject(gang_work *w, gang_status st);
+
+/* Posts collective c on g as the public _post calls do (checked, counted,
+ * signature-checked when g checks): *out is a work the caller waits for
+ * and frees with the public gang_work calls. For gangs that wrap another
+ * (src/ft/). */
+gang_status gang__post_coll(gang_t *g, const gang__coll *c, gang_work **out);
 
 /* Breaks the gang with `st` and the current thread's error detail, unless
  * it is already broken. Returns the gang's (first) failure status. */
