@@ -1,0 +1,147 @@
+/* The lighthouse's internals (gang/ft.h has its public face): the quorum
+ * computation, pure and testable; and the client a manager speaks to it
+ * with.
+ *
+ * The lighthouse speaks through an ordinary store server (src/store): its
+ * framing, HMAC authentication, caps and deadlines, with no protocol of its
+ * own. Replicas write and wait for keys; the lighthouse's thread reads them
+ * every tick through a store client of its own, computes quorums and
+ * writes them back. The keys (docs/fault-tolerance.md):
+ *
+ *   lh/incarnation          random hex, set once at start: a restarted
+ *                           lighthouse is a new one (quorum ids restart)
+ *   lh/ids                  append log of "<replica_id>\n", one line per
+ *                           replica, written at its first heartbeat
+ *   lh/hb/<replica_id>      heartbeat counter (store add 1 per beat)
+ *   lh/round                the current round (add 0 reads it)
+ *   lh/r/<round>/join/<id>  a replica's join of that round (member record)
+ *   lh/r/<round>/quorum     the quorum formed in that round (quorum record)
+ *   lh/notice/<k>           k-th failure notice: the replica id whose
+ *                           heartbeat expired while it was in the last
+ *                           quorum (k = 0, 1, ...)
+ *   rdzv/...                free for replica gangs' rendezvous (the
+ *                           manager's replica gang uses
+ *                           rdzv/<incarnation>/q<quorum_id>/g<group_rank>)
+ *
+ * Records are text, one "key=value" per line, so the status page and a
+ * person with gang-store can read them. */
+#ifndef GANG_FT_LIGHTHOUSE_H
+#define GANG_FT_LIGHTHOUSE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gang/ft.h"
+#include "gang/status.h"
+
+#define GANG_LH_ID_MAX 128
+
+/* What a replica group joins a round with (torchft's QuorumMember). */
+typedef struct gang__lh_member {
+  char replica_id[GANG_LH_ID_MAX]; /* "name:suffix" */
+  int64_t step;                    /* committed steps */
+  int world_size;                  /* ranks in the group */
+  bool shrink_only;
+  int64_t commit_failures; /* consecutive failed commits */
+} gang__lh_member;
+
+/* A quorum (torchft's Quorum): members sorted by replica_id. */
+typedef struct gang__lh_quorum {
+  int64_t quorum_id;
+  uint64_t incarnation; /* the lighthouse's */
+  int64_t round;
+  int n;
+  gang__lh_member *members; /* malloc'd; gang__lh_quorum_fini frees */
+} gang__lh_quorum;
+
+void gang__lh_quorum_fini(gang__lh_quorum *q);
+
+/* Record encoding (text lines). Decoding checks every field and length and
+ * fails with GANG_PROTOCOL naming what is wrong. */
+size_t gang__lh_member_encode(const gang__lh_member *m, char *buf, size_t cap);
+gang_status gang__lh_member_decode(const char *buf, size_t len,
+                                   gang__lh_member *out);
+/* Returns malloc'd text (*len bytes, NUL-terminated); NULL when out of
+ * memory. */
+char *gang__lh_quorum_encode(const gang__lh_quorum *q, size_t *len);
+gang_status gang__lh_quorum_decode(const char *buf, size_t len,
+                                   gang__lh_quorum *out);
+
+/* ---- The computation (torchft's quorum_compute), pure ---------------------
+ */
+
+typedef struct gang__lh_config {
+  int min_replicas;
+  int64_t join_timeout_ms;
+  int64_t heartbeat_timeout_ms;
+} gang__lh_config;
+
+/* A replica the lighthouse knows of. */
+typedef struct gang__lh_replica {
+  gang__lh_member member; /* the join's record (when joined) */
+  int64_t last_beat_ms;   /* when its heartbeat last changed */
+  bool joined;            /* joined the current round */
+  int64_t joined_ms;      /* when its join was seen */
+} gang__lh_replica;
+
+/* Decides whether the joined replicas make a quorum at `now_ms`, given the
+ * previous quorum (NULL: none yet):
+ *  1. healthy = heartbeat younger than the timeout; candidates = healthy
+ *     joined replicas, by replica_id;
+ *  2. if any candidate is shrink_only and there is a previous quorum, only
+ *     its members stay;
+ *  3. fast quorum: every previous member is a healthy candidate: done, with
+ *     any newcomers (min_replicas and the join timeout are skipped);
+ *  4. fewer candidates than min_replicas: wait;
+ *  5. split-brain guard: candidates <= healthy heartbeating / 2: wait;
+ *  6. a healthy replica has not joined and the earliest join is younger
+ *     than the join timeout: wait for it;
+ *  7. done.
+ * On a quorum, *members (malloc'd, sorted by id, *n of them) and true;
+ * otherwise false and *why says what it waits for (for the status page). */
+bool gang__lh_compute(const gang__lh_config *cfg, const gang__lh_replica *reps,
+                      int nreps, const gang__lh_quorum *prev, int64_t now_ms,
+                      gang__lh_member **members, int *n, char *why,
+                      size_t why_cap);
+
+/* Whether a quorum of `members` takes a new id after `prev`: its id list
+ * changed, or a member reports commit failures. */
+bool gang__lh_new_id(const gang__lh_quorum *prev, const gang__lh_member *members,
+                     int n);
+
+/* ---- The client ---------------------------------------------------------- */
+
+/* A client is one store connection: one thread at a time (a manager keeps
+ * one per thread: its heartbeat, its quorum, its notice watcher). */
+typedef struct gang__lh_client gang__lh_client;
+
+/* Connects to the lighthouse at "host:port" (its store), with `timeout_ms`
+ * for the connection and as the default deadline of every call. */
+gang_status gang__lh_connect(const char *addr, int64_t timeout_ms,
+                             gang__lh_client **out);
+void gang__lh_close(gang__lh_client *c);
+
+/* The lighthouse's incarnation (read at connect). */
+uint64_t gang__lh_incarnation(const gang__lh_client *c);
+
+/* One heartbeat of replica `id` (the first also registers it). */
+gang_status gang__lh_heartbeat(gang__lh_client *c, const char *id);
+
+/* Joins the current round as `me` (also a heartbeat) and waits up to
+ * timeout_ms for a quorum that includes it; a round whose quorum left it
+ * out is joined again. *out receives the quorum (gang__lh_quorum_fini). */
+gang_status gang__lh_quorum(gang__lh_client *c, const gang__lh_member *me,
+                            int64_t timeout_ms, gang__lh_quorum *out);
+
+/* Waits up to timeout_ms for failure notice *cursor (0 first); on one,
+ * copies the dead replica's id to id[0..cap), advances *cursor and returns
+ * GANG_OK; GANG_TIMEOUT when none came. */
+gang_status gang__lh_next_notice(gang__lh_client *c, int64_t *cursor, char *id,
+                                 size_t cap, int64_t timeout_ms);
+
+/* "host:port" of the lighthouse's store, for replica gangs' rendezvous
+ * under rdzv/. */
+const char *gang__lh_addr(const gang__lh_client *c);
+
+#endif
