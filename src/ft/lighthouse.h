@@ -131,8 +131,8 @@ gang_status gang__lh_heartbeat(gang__lh_client *c, const char *id);
 /* Joins the current round as `me` (also a heartbeat) and waits up to
  * timeout_ms for a quorum that includes it; a round whose quorum left it
  * out is joined again. *out receives the quorum (gang__lh_quorum_fini). */
-gang_status gang__lh_quorum(gang__lh_client *c, const gang__lh_member *me,
-                            int64_t timeout_ms, gang__lh_quorum *out);
+gang_status gang__lh_join(gang__lh_client *c, const gang__lh_member *me,
+                          int64_t timeout_ms, gang__lh_quorum *out);
 
 /* Waits up to timeout_ms for failure notice *cursor (0 first); on one,
  * copies the dead replica's id to id[0..cap), advances *cursor and returns
