@@ -146,9 +146,10 @@ struct gang_lighthouse {
 gang_status gang__lh_tick(gang_lighthouse *L);
 
 /* The join keys worth waiting for until the next tick: those still
- * missing of the last quorum's members, when all of them are healthy and
- * some have joined (a fast quorum is coming). Returns how many, in *keys
- * (malloc'd, GANG__LH_KEY_CAP bytes each); 0 when none. */
+ * missing of the last quorum's members, when all of them are healthy (a
+ * fast quorum is possible: it forms as soon as the last of them joins).
+ * Returns how many, in *keys (malloc'd, GANG__LH_KEY_CAP bytes each); 0
+ * when none. */
 int gang__lh_fast_keys(gang_lighthouse *L, int64_t now, char **keys);
 
 /* Copies the thread's view into L->status for the status page. */
