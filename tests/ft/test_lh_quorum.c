@@ -516,6 +516,7 @@ static void test_corruption(void **state) {
     gang_status s;
     if (quorum) {
       gang__lh_quorum out;
+      memset(&out, 0, sizeof out); /* left alone on failure */
       s = quorum_dec(work, n, &out);
       gang__lh_quorum_fini(&out);
     } else {
