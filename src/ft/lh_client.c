@@ -271,6 +271,8 @@ gang_status gang__lh_next_notice(gang__lh_client *c, int64_t *cursor, char *id,
                  "gang__lh_next_notice", "client, cursor or id is NULL");
   GANG_ARG_CHECK(*cursor >= 0, "gang__lh_next_notice",
                  "*cursor %" PRId64 " is negative", *cursor);
+  if (timeout_ms < 0)
+    timeout_ms = c->timeout_ms;
   char key[GANG__LH_KEY_CAP];
   snprintf(key, sizeof key, GANG__LH_KEY_NOTICE, (long long)*cursor);
   void *v = NULL;
