@@ -13,9 +13,9 @@
  * except while every member of the last quorum is alive: then it waits in
  * the store for their joins, so that torchft's fast quorum forms one round
  * trip after the last join (torchft computes on every quorum request)
- * instead of up to a tick later. The status page is served by a thread of its own (lh_http.c)
- * because this one blocks in store calls, and because no HTTP client must
- * be able to delay a quorum. */
+ * instead of up to a tick later. The status page is served by a thread of its
+ * own (lh_http.c) because this one blocks in store calls, and because no HTTP
+ * client must be able to delay a quorum. */
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
