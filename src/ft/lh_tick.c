@@ -6,7 +6,7 @@
  *
  * Costs per tick, n replicas known: one get of lh/ids, n adds (the
  * counters), a check per healthy replica that has not joined yet and a
- * get per join; per quorum, one set, one add and a delete per join. */
+ * get per join; per quorum, two sets and a delete per join. */
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -71,7 +71,8 @@ static void add_replica(gang_lighthouse *L, const char *id, size_t len,
 }
 
 /* Rewrites lh/ids to the ids known now, unless a replica appended in
- * between (compare_set fails; the next tick tries again). */
+ * between (compare_set fails; the next tick tries again), and unless that
+ * would not halve it (then every tick would rewrite it). */
 static gang_status compact_ids(gang_lighthouse *L, const void *old,
                                size_t oldn) {
   char *buf = malloc((size_t)L->nreps * GANG_LH_ID_MAX + 1);
@@ -80,6 +81,10 @@ static gang_status compact_ids(gang_lighthouse *L, const void *old,
   size_t n = 0;
   for (int i = 0; i < L->nreps; i++)
     n += (size_t)sprintf(buf + n, "%s\n", L->reps[i].member.replica_id);
+  if (2 * n > oldn) {
+    free(buf);
+    return GANG_OK;
+  }
   void *cur = NULL;
   size_t curn = 0;
   gang_status s = gang_store_compare_set(L->st, GANG__LH_KEY_IDS, old, oldn,

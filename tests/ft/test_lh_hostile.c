@@ -215,6 +215,27 @@ static void test_hostile_records(void **state) {
   assert_gang_ok(gang_store_get(st, "lh/ids", &v, &n));
   gang_store_free(v);
   round_all(r, 2, 0);
+  /* A log grown past 64 KiB (ids registered again and again) is rewritten
+   * to the ids known, and the lighthouse goes on reading it. */
+  static char dup[80 << 10];
+  for (size_t i = 0; i + 7 <= sizeof dup; i += 7)
+    memcpy(dup + i, "good-a\n", 7);
+  assert_gang_ok(gang_store_append(st, "lh/ids", dup, sizeof dup / 7 * 7));
+  for (int tries = 0;; tries++) {
+    assert_gang_ok(gang_store_get(st, "lh/ids", &v, &n));
+    gang_store_free(v);
+    if (n < 1024)
+      break;
+    assert_true(tries < 200);
+    poll(NULL, 0, TICK); /* the rewrite is what is waited for */
+  }
+  replica late;
+  replica_start(&late, lh, "late");
+  assert_gang_ok(gang_store_get(st, "lh/ids", &v, &n));
+  assert_non_null(strstr(v, "late\n"));
+  gang_store_free(v);
+  replica_free(&late);
+  round_all(r, 2, 0);
   /* A client that is not a lighthouse's: a plain store is refused. */
   gang_store_server_options so = GANG_STORE_SERVER_OPTIONS_INIT;
   gang_store_server *plain = NULL;
