@@ -44,6 +44,14 @@ typedef struct gang__lh_member {
   int world_size;                  /* ranks in the group */
   bool shrink_only;
   int64_t commit_failures; /* consecutive failed commits */
+  /* The quorum id its last step was committed in, under this lighthouse
+   * incarnation (0: none, or under an earlier one). Two replicas at one
+   * step that committed it in different quorums hold different states: a
+   * replica stopped after its all_reduce commits in the old quorum while
+   * the survivors, told of its death, redo the step in a new one. The
+   * newer commit is the one that went on; the others heal from it. The
+   * field is optional in records (0 when absent). */
+  int64_t commit_quorum;
 } gang__lh_member;
 
 /* A quorum (torchft's Quorum): members sorted by replica_id. */

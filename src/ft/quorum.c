@@ -52,9 +52,11 @@ static int id_len(const gang__lh_member *m) {
 size_t gang__lh_member_encode(const gang__lh_member *m, char *buf, size_t cap) {
   int n = snprintf(buf, cap,
                    "replica_id=%.*s\nstep=%" PRId64 "\nworld_size=%d\n"
-                   "shrink_only=%d\ncommit_failures=%" PRId64 "\n",
+                   "shrink_only=%d\ncommit_failures=%" PRId64
+                   "\ncommit_quorum=%" PRId64 "\n",
                    id_len(m), m->replica_id, m->step, m->world_size,
-                   m->shrink_only ? 1 : 0, m->commit_failures);
+                   m->shrink_only ? 1 : 0, m->commit_failures,
+                   m->commit_quorum);
   return n < 0 ? 0 : (size_t)n;
 }
 
@@ -71,9 +73,11 @@ char *gang__lh_quorum_encode(const gang__lh_quorum *q, size_t *len) {
     const gang__lh_member *m = &q->members[i];
     off += (size_t)snprintf(buf + off, cap - off,
                             "member=%.*s step=%" PRId64 " world_size=%d "
-                            "shrink_only=%d commit_failures=%" PRId64 "\n",
+                            "shrink_only=%d commit_failures=%" PRId64
+                            " commit_quorum=%" PRId64 "\n",
                             id_len(m), m->replica_id, m->step, m->world_size,
-                            m->shrink_only ? 1 : 0, m->commit_failures);
+                            m->shrink_only ? 1 : 0, m->commit_failures,
+                            m->commit_quorum);
   }
   if (off >= cap) { /* cannot happen with the bounds above */
     free(buf);
@@ -174,7 +178,14 @@ static gang_status parse_id(const reader *r, span v, char *out) {
 }
 
 /* Member fields, by bit. */
-enum { F_ID = 1, F_STEP = 2, F_WORLD = 4, F_SHRINK = 8, F_FAIL = 16 };
+enum {
+  F_ID = 1,
+  F_STEP = 2,
+  F_WORLD = 4,
+  F_SHRINK = 8,
+  F_FAIL = 16,
+  F_COMMIT = 32 /* optional */
+};
 #define F_ALL (F_ID | F_STEP | F_WORLD | F_SHRINK | F_FAIL)
 
 /* One member field; *bit is the field's bit, or 0 for an unknown key. */
@@ -200,6 +211,9 @@ static gang_status member_field(const reader *r, span k, span v,
   } else if (span_is(k, "commit_failures")) {
     *bit = F_FAIL;
     GANG_CHECK(parse_num(r, k, v, 0, INT64_MAX, &m->commit_failures));
+  } else if (span_is(k, "commit_quorum")) {
+    *bit = F_COMMIT;
+    GANG_CHECK(parse_num(r, k, v, 0, INT64_MAX, &m->commit_quorum));
   }
   return GANG_OK;
 }
@@ -246,7 +260,8 @@ gang_status gang__lh_member_decode(const char *buf, size_t len,
   return GANG_OK;
 }
 
-/* "member=<id> step=N world_size=N shrink_only=B commit_failures=N". */
+/* "member=<id> step=N world_size=N shrink_only=B commit_failures=N
+ * [commit_quorum=N]". */
 static gang_status member_line(reader *r, span v, gang__lh_member *m) {
   memset(m, 0, sizeof *m);
   if (v.n > 0 && v.p[v.n - 1] == ' ')

@@ -301,11 +301,12 @@ static void member_eq(const gang__lh_member *a, const gang__lh_member *b) {
   assert_int_equal(a->world_size, b->world_size);
   assert_int_equal(a->shrink_only, b->shrink_only);
   assert_int_equal(a->commit_failures, b->commit_failures);
+  assert_int_equal(a->commit_quorum, b->commit_quorum);
 }
 
 static void test_round_trips(void **state) {
   (void)state;
-  gang__lh_member m = {"trainer:4f2a-9c", INT64_MAX, 8, true, 3}, back;
+  gang__lh_member m = {"trainer:4f2a-9c", INT64_MAX, 8, true, 3, 77}, back;
   char buf[512];
   size_t n = gang__lh_member_encode(&m, buf, sizeof buf);
   assert_true(n > 0 && n < sizeof buf);
@@ -390,6 +391,10 @@ static void test_malformed_members(void **state) {
       "commit_failures=0\n",
       "replica_id=\xc3\xa9\nstep=1\nworld_size=2\nshrink_only=0\n"
       "commit_failures=0\n",
+      "replica_id=a\nstep=1\nworld_size=2\nshrink_only=0\ncommit_failures=0\n"
+      "commit_quorum=-1\n",
+      "replica_id=a\nstep=1\nworld_size=2\nshrink_only=0\ncommit_failures=0\n"
+      "commit_quorum=1\ncommit_quorum=2\n",
       longid,
       longline,
   };
@@ -484,7 +489,7 @@ static void test_corruption(void **state) {
   gang__lh_quorum q = prev_of(42, ids, 4);
   size_t len = 0;
   char *rec = gang__lh_quorum_encode(&q, &len);
-  gang__lh_member m = {"x:y", 5, 2, false, 1};
+  gang__lh_member m = {"x:y", 5, 2, false, 1, 4};
   char mrec[256];
   size_t mlen = gang__lh_member_encode(&m, mrec, sizeof mrec);
   unsigned seed = 12345;
