@@ -110,12 +110,19 @@ static void *heartbeat_main(void *arg) {
 }
 
 /* Whether replica `id` is a member of the current quorum other than us. */
-static bool in_quorum(gang_manager *m, const char *id) {
-  bool yes = false;
+/* Whether the notice of `id`'s death concerns this step: it is a member of
+ * the quorum in use. Not while a quorum is being formed: the lighthouse
+ * sends notices before it computes, so the coming quorum leaves the dead
+ * replica out, and a step of it must not fail for a notice that arrived
+ * late. (A quorum computed just before the death, with the replica in,
+ * fails its rendezvous or collective within the timeout.) */
+static bool takes_notice(gang_manager *m, const char *id) {
   pthread_mutex_lock(&m->mu);
-  for (int i = 0; i < m->q.n && !yes; i++)
-    yes = strcmp(m->q.members[i].replica_id, id) == 0 &&
-          strcmp(id, m->replica_id) != 0;
+  bool yes = false;
+  if (!m->quorum_requested && !m->quorum_running)
+    for (int i = 0; i < m->q.n && !yes; i++)
+      yes = strcmp(m->q.members[i].replica_id, id) == 0 &&
+            strcmp(id, m->replica_id) != 0;
   pthread_mutex_unlock(&m->mu);
   return yes;
 }
@@ -142,7 +149,7 @@ static void *notice_main(void *arg) {
       c = NULL;
       continue;
     }
-    if (!in_quorum(m, id))
+    if (!takes_notice(m, id))
       continue;
     char why[256];
     snprintf(why, sizeof why,

@@ -427,8 +427,14 @@ gang_status gang_manager_all_reduce(gang_manager *m, void *buf, size_t count,
   bool in = m->participating;
   int participants = m->participants;
   pthread_mutex_unlock(&m->mu);
-  if (error != GANG_OK || participants == 0)
+  if (participants == 0)
     return GANG_OK; /* this step will not commit: move nothing */
+  if (error != GANG_OK) {
+    /* Nor will it with an error: the other replicas, waiting for this
+     * one's contribution, learn it now rather than at their deadline. */
+    gang_abort(m->replica);
+    return GANG_OK;
+  }
   if (!in)
     memset(buf, 0, count * gang_dtype_size(dtype));
   gang_work *w = NULL;
