@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "harness/harness.h"
+#include "lh_proc.h"
 
 #include "gang/ft.h"
 #include "gang/gang.h"
@@ -59,73 +60,6 @@ static double now_s(void) {
 static void nap_ms(int ms) {
   struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
   nanosleep(&ts, NULL);
-}
-
-/* ---- A lighthouse in its own process ------------------------------------- */
-
-typedef struct lh_proc {
-  pid_t pid;
-  int port;
-} lh_proc;
-
-typedef struct lh_cfg {
-  int port; /* 0: any */
-  int min_replicas;
-  int64_t join_timeout_ms, heartbeat_timeout_ms;
-} lh_cfg;
-
-static lh_proc lh_start(const lh_cfg *cfg) {
-  int fds[2];
-  lh_proc lp = {-1, 0};
-  if (pipe(fds) != 0)
-    return lp;
-  pid_t pid = fork();
-  if (pid == 0) {
-    close(fds[0]);
-    gang_lighthouse_options o = GANG_LIGHTHOUSE_OPTIONS_INIT;
-    o.host = "127.0.0.1";
-    o.port = cfg->port;
-    o.min_replicas = cfg->min_replicas;
-    o.join_timeout_ms = cfg->join_timeout_ms;
-    o.heartbeat_timeout_ms = cfg->heartbeat_timeout_ms;
-    o.quorum_tick_ms = 10;
-    o.http_port = -1;
-    gang_lighthouse *lh = NULL;
-    int port = -1;
-    /* A port just left by a killed lighthouse may take a moment. */
-    for (int i = 0; i < 50 && lh == NULL; i++)
-      if (gang_lighthouse_start(&o, &lh) != GANG_OK) {
-        fprintf(stderr, "lighthouse: %s\n", gang_last_error());
-        nap_ms(100);
-      }
-    if (lh != NULL)
-      port = gang_lighthouse_port(lh);
-    if (write(fds[1], &port, sizeof port) != sizeof port)
-      _exit(1);
-    close(fds[1]);
-    if (lh == NULL)
-      _exit(1);
-    pause(); /* until killed */
-    _exit(0);
-  }
-  close(fds[1]);
-  int port = -1;
-  if (pid > 0 && read(fds[0], &port, sizeof port) == sizeof port && port > 0) {
-    lp.pid = pid;
-    lp.port = port;
-  } else if (pid > 0) {
-    gt_wait_child(pid, 5000);
-  }
-  close(fds[0]);
-  return lp;
-}
-
-static void lh_kill(lh_proc *lp) {
-  if (lp->pid > 0) {
-    kill(lp->pid, SIGKILL);
-    gt_wait_child(lp->pid, 5000);
-  }
-  lp->pid = -1;
 }
 
 /* ---- The replicas ----------------------------------------------------------- */
