@@ -162,21 +162,30 @@ def measure(job, g, t_kill, before, steps_from):
         earlier = job.steps[:steps_from]
         lines = job.steps[steps_from:]
     surv = [(gg, kv) for gg, kv in lines if gg != g]
-    mine = [kv for gg, kv in lines if gg == g]
+    # The killed group's lines from its next incarnation (a line written
+    # just before the kill may be read after it).
+    mine = [kv for gg, kv in lines if gg == g and kv["t_quorum"] > t_kill]
     q_before = max((kv["quorum"] for _, kv in earlier), default=0)
     f = {"group": g, "t_kill": t_kill, "step_before": before,
          "quorum_before": q_before}
-    errs = [kv["error_t"] - t_kill for _, kv in surv
-            if not kv["commit"] and kv["error_t"] > t_kill]
-    f["detect_ms"] = min(errs) * 1000 if errs else None
     # The survivors' next quorum: the first step they commit in a quorum
     # formed after the kill.
     nxt = [kv for _, kv in surv if kv["commit"] and kv["quorum"] > q_before
            and kv["t_quorum"] > t_kill]
+    t_next = None
     if nxt:
         first = min(nxt, key=lambda kv: kv["t_quorum"])
-        f["quorum_ms"] = (first["t_quorum"] - t_kill) * 1000
+        t_next = first["t_quorum"]
+        f["quorum_ms"] = (t_next - t_kill) * 1000
         f["configure_ms"] = first["configure_ms"]
+    # Detected: a survivor's step failing on it, or, for a kill between
+    # collectives (nothing in flight to fail), that next quorum.
+    errs = [kv["error_t"] for _, kv in surv
+            if not kv["commit"] and kv["error_t"] > t_kill and
+            (t_next is None or kv["error_t"] <= t_next)]
+    seen = min(errs + ([t_next] if t_next else []), default=None)
+    f["detect_ms"] = (seen - t_kill) * 1000 if seen else None
+    f["detect_by"] = "error" if errs and min(errs) == seen else "quorum"
     healed = [kv for kv in mine if kv["heal_bytes"] > 0]
     if healed:
         f["heal_ms"] = healed[0]["heal_ms"]
@@ -227,8 +236,8 @@ def main():
     ap.add_argument("--print-every", type=int, default=20)
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args()
-    if args.steps == 0:
-        args.steps = args.chaos * args.kills + 60 if args.chaos else 200
+    if args.steps == 0:  # kills stop 40 steps before the end
+        args.steps = args.chaos * (args.kills + 2) + 60 if args.chaos else 200
     rng = random.Random(args.seed)
     job = Job(args)
     kills = []
@@ -323,6 +332,9 @@ def main():
           f"parameters {'identical' if all(len(h) == 1 for h in hashes.values()) and hashes else 'DIFFER'}; "
           f"committed steps lost {lost}; hangs {hangs}")
     if kills:
+        by = [k.get("detect_by") for k in kills]
+        print(f"\ndetected by a failed collective: {by.count('error')}; by "
+              f"the next quorum (nothing in flight): {by.count('quorum')}")
         print("\n| from the kill | n | median | p90 | max |")
         print("|---|---:|---:|---:|---:|")
         for key, label in (("detect_ms", "detected (ms)"),
