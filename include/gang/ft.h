@@ -177,7 +177,8 @@ GANG_API void gang_manager_destroy(gang_manager *m);
 /* Registers `len` bytes at `buf` (borrowed for the manager's life) as part
  * of the replica's state under `name`: a replica that is behind receives
  * every registered buffer from an up-to-date one. Every rank of every
- * group registers the same names with the same sizes, in the same order. */
+ * group registers the same names with the same sizes, in the same order,
+ * before its first start_quorum (later: GANG_INVALID_USAGE). */
 GANG_API gang_status gang_manager_register_state(gang_manager *m,
                                                  const char *name, void *buf,
                                                  size_t len);
@@ -215,10 +216,11 @@ GANG_API void gang_manager_report_error(gang_manager *m, gang_status st,
 GANG_API gang_status gang_manager_errored(const gang_manager *m, char *detail,
                                           size_t cap);
 
-/* Committed steps so far. */
+/* Committed steps so far (-1 for a NULL manager). */
 GANG_API int64_t gang_manager_step(const gang_manager *m);
 /* The current quorum: its id, the replica groups taking part in this step's
- * all_reduce, this group's rank among the replicas (-1 before a quorum). */
+ * all_reduce, this group's rank among the replicas: 0, 0 and -1 before the
+ * first quorum; -1, 0 and -1 for a NULL manager. */
 GANG_API int64_t gang_manager_quorum_id(const gang_manager *m);
 GANG_API int gang_manager_participants(const gang_manager *m);
 GANG_API int gang_manager_replica_rank(const gang_manager *m);

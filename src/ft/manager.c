@@ -109,7 +109,6 @@ static void *heartbeat_main(void *arg) {
   return NULL;
 }
 
-/* Whether replica `id` is a member of the current quorum other than us. */
 /* Whether the notice of `id`'s death concerns this step: it is a member of
  * the quorum in use. Not while a quorum is being formed: the lighthouse
  * sends notices before it computes, so the coming quorum leaves the dead
@@ -302,6 +301,16 @@ gang_status gang_manager_register_state(gang_manager *m, const char *name,
                    "'%s' is registered already", name);
   GANG_ARG_CHECK(strlen(name) < sizeof m->states[0].name, fn,
                  "name '%s' is too long", name);
+  /* The quorum worker reads the list without the lock while it heals. */
+  pthread_mutex_lock(&m->mu);
+  bool started = m->quorum_rounds > 0 || m->quorum_requested ||
+                 m->quorum_running;
+  pthread_mutex_unlock(&m->mu);
+  if (started)
+    return gang__error(GANG_INVALID_USAGE,
+                       "%s: '%s' registered after the first start_quorum: "
+                       "register every buffer before the first step",
+                       fn, name);
   mgr_state *s = realloc(m->states, sizeof *s * (size_t)(m->nstates + 1));
   if (s == NULL)
     return gang__error(GANG_NO_MEMORY, "%s: out of memory", fn);
@@ -316,22 +325,25 @@ gang_status gang_manager_register_state(gang_manager *m, const char *name,
 /* ---- Readers ----------------------------------------------------------------
  */
 
-#define READ(field, type)                                                      \
+/* A field under the lock; `none` for a NULL manager. */
+#define READ(field, type, none)                                                \
+  if (m == NULL)                                                               \
+    return none;                                                               \
   type v;                                                                      \
   pthread_mutex_lock(&((gang_manager *)m)->mu);                                \
   v = m->field;                                                                \
   pthread_mutex_unlock(&((gang_manager *)m)->mu);                              \
   return v
 
-int64_t gang_manager_step(const gang_manager *m) { READ(step, int64_t); }
+int64_t gang_manager_step(const gang_manager *m) { READ(step, int64_t, -1); }
 int64_t gang_manager_quorum_id(const gang_manager *m) {
-  READ(q.quorum_id, int64_t);
+  READ(q.quorum_id, int64_t, -1);
 }
 int gang_manager_participants(const gang_manager *m) {
-  READ(participants, int);
+  READ(participants, int, 0);
 }
 int gang_manager_replica_rank(const gang_manager *m) {
-  READ(replica_rank, int);
+  READ(replica_rank, int, -1);
 }
 const char *gang_manager_replica_id(const gang_manager *m) {
   return m != NULL ? m->replica_id : "";

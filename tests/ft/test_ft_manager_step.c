@@ -133,6 +133,11 @@ static int retries_rank(int rank, int size, void *arg) {
   (void)rank, (void)size, (void)arg;
   gang_manager *m = manager("retries", NULL, 1);
   RCHECK(step(m, true, 1.0f, NULL, NULL));
+  /* State is registered before the first step, not between steps. */
+  static char late[8];
+  RCHECK(gang_manager_register_state(m, "late", late, sizeof late) ==
+         GANG_INVALID_USAGE);
+  RCHECK(strstr(gang_last_error(), "'late'") != NULL);
   gang_status st;
   RCHECK(!failing_step(m, &st) && st == GANG_OK); /* 1 failure: allowed */
   RCHECK(!failing_step(m, &st) && st == GANG_ABORTED); /* 2 > max_retries */
@@ -221,6 +226,36 @@ static void test_behind_without_healing_sends_zeros(void **state) {
   assert_int_equal(gt_run_ranks(2, behind_rank, NULL, 120000), 0);
 }
 
+/* ---- Bad input -------------------------------------------------------------- */
+
+static void test_bad_input(void **state) {
+  (void)state;
+  assert_int_equal(gang_manager_step(NULL), -1);
+  assert_int_equal(gang_manager_quorum_id(NULL), -1);
+  assert_int_equal(gang_manager_participants(NULL), 0);
+  assert_int_equal(gang_manager_replica_rank(NULL), -1);
+  assert_null(gang_manager_gang(NULL));
+  bool commit = true;
+  assert_int_equal(gang_manager_should_commit(NULL, &commit),
+                   GANG_INVALID_ARGUMENT);
+  assert_int_equal(gang_manager_start_quorum(NULL, true, false),
+                   GANG_INVALID_ARGUMENT);
+  gang_manager_destroy(NULL);
+  gang_manager_report_error(NULL, GANG_INTERNAL, "x");
+  /* No lighthouse anywhere. */
+  unsetenv("GANG_LIGHTHOUSE");
+  gang_manager_options mo = GANG_MANAGER_OPTIONS_INIT;
+  gang_manager *m = NULL;
+  assert_int_equal(gang_manager_create(&mo, &m), GANG_INVALID_ARGUMENT);
+  assert_non_null(strstr(gang_last_error(), "GANG_LIGHTHOUSE"));
+  assert_null(m);
+  /* Nothing listening there: an error within the quorum timeout. */
+  mo.lighthouse = "127.0.0.1:1";
+  mo.quorum_timeout_ms = 500;
+  assert_int_not_equal(gang_manager_create(&mo, &m), GANG_OK);
+  assert_null(m);
+}
+
 /* ---- Setup ---------------------------------------------------------------------- */
 
 static int setup(void **state) {
@@ -242,6 +277,7 @@ int main(void) {
       GT_TEST(test_report_error_the_group_votes_no),
       GT_TEST(test_max_retries),
       GT_TEST(test_behind_without_healing_sends_zeros),
+      GT_TEST(test_bad_input),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
