@@ -181,6 +181,23 @@ static PyObject *m_close(PyObject *self, PyObject *noargs) {
   Py_RETURN_NONE;
 }
 
+/* _release() -> the handle as an int; this object no longer owns or uses
+ * it (for a new owner such as the torch process group). */
+static PyObject *m_release(PyObject *self, PyObject *noargs) {
+  (void)noargs;
+  gpy_gang *o = (gpy_gang *)self;
+  if (gpy_gang_handle(self) == NULL)
+    return NULL;
+  if (!o->owned)
+    return gpy_raise_fmt(GANG_INVALID_USAGE,
+                         "this gang's handle is borrowed; it cannot be "
+                         "released");
+  PyObject *h = PyLong_FromVoidPtr(o->g);
+  if (h != NULL)
+    o->g = NULL;
+  return h;
+}
+
 static PyObject *m_abort(PyObject *self, PyObject *noargs) {
   (void)noargs;
   gpy_gang *o = (gpy_gang *)self;
@@ -789,6 +806,8 @@ static PyObject *c_create_fake(PyObject *cls, PyObject *const *args,
 static PyMethodDef gang_methods[] = {
     {"close", m_close, METH_NOARGS,
      "close(): gang_destroy. Idempotent; sub-gangs keep working."},
+    {"_release", m_release, METH_NOARGS,
+     "_release() -> handle: hands the gang_t to a new owner."},
     {"abort", m_abort, METH_NOARGS,
      "abort(): gang_abort: in-flight and later operations fail."},
     {"barrier", CALL(m_barrier), FAST, "barrier(async_op=False)"},
