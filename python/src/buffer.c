@@ -227,7 +227,12 @@ static int from_array_interface(PyObject *ai, int mode, const char *arg,
 
 /* Interned method and attribute names of the tensor path. */
 static PyObject *s_data_ptr, *s_dtype, *s_numel, *s_is_contiguous, *s_device,
-    *s_type, *s_array_interface;
+    *s_type, *s_array_interface, *s_is_cpu;
+/* Types already read as tensors (torch.Tensor, nn.Parameter, ...): the
+ * next object of one of them skips the probing for __array_interface__,
+ * whose AttributeError alone costs more than the whole tensor path. */
+#define TENSOR_TYPES 8
+static PyTypeObject *tensor_types[TENSOR_TYPES];
 /* dtype object (torch.float32, ...) -> gang dtype, filled as seen. */
 static PyObject *tensor_dtypes;
 
@@ -241,9 +246,10 @@ static int intern_names(void) {
   s_device = PyUnicode_InternFromString("device");
   s_type = PyUnicode_InternFromString("type");
   s_array_interface = PyUnicode_InternFromString("__array_interface__");
+  s_is_cpu = PyUnicode_InternFromString("is_cpu");
   tensor_dtypes = PyDict_New();
   return s_data_ptr && s_dtype && s_numel && s_is_contiguous && s_device &&
-                 s_type && s_array_interface && tensor_dtypes
+                 s_type && s_array_interface && s_is_cpu && tensor_dtypes
              ? 0
              : -1;
 }
@@ -284,6 +290,14 @@ static int tensor_dtype(PyObject *t, const char *arg) {
 }
 
 static int from_tensor(PyObject *t, const char *arg, gpy_buf *b) {
+  /* is_cpu is a cheap flag; device.type builds a device object. */
+  PyObject *flag = PyObject_GetAttr(t, s_is_cpu);
+  if (flag == Py_True) {
+    Py_DECREF(flag);
+    goto cpu;
+  }
+  Py_XDECREF(flag);
+  PyErr_Clear();
   PyObject *dev = PyObject_GetAttr(t, s_device);
   if (dev == NULL)
     return -1;
@@ -301,6 +315,7 @@ static int from_tensor(PyObject *t, const char *arg, gpy_buf *b) {
     return -1;
   }
   Py_DECREF(type);
+cpu:;
   PyObject *r = PyObject_CallMethodNoArgs(t, s_is_contiguous);
   if (r == NULL)
     return -1;
@@ -352,6 +367,9 @@ int gpy_buf_get(PyObject *obj, int mode, const char *arg, gpy_buf *b) {
   }
   if (intern_names() < 0)
     return -1;
+  for (int i = 0; i < TENSOR_TYPES && tensor_types[i] != NULL; i++)
+    if (Py_TYPE(obj) == tensor_types[i])
+      return from_tensor(obj, arg, b);
   PyObject *ai = PyObject_GetAttr(obj, s_array_interface);
   if (ai != NULL) {
     int rc = from_array_interface(ai, mode, arg, b);
@@ -363,8 +381,19 @@ int gpy_buf_get(PyObject *obj, int mode, const char *arg, gpy_buf *b) {
     return rc;
   }
   PyErr_Clear();
-  if (PyObject_HasAttr(obj, s_data_ptr) && PyObject_HasAttr(obj, s_dtype))
-    return from_tensor(obj, arg, b);
+  if (PyObject_HasAttr(obj, s_data_ptr) && PyObject_HasAttr(obj, s_dtype)) {
+    int rc = from_tensor(obj, arg, b);
+    if (rc == 0)
+      for (int i = 0; i < TENSOR_TYPES; i++)
+        if (tensor_types[i] == NULL || tensor_types[i] == Py_TYPE(obj)) {
+          if (tensor_types[i] == NULL) {
+            Py_INCREF(Py_TYPE(obj));
+            tensor_types[i] = Py_TYPE(obj);
+          }
+          break;
+        }
+    return rc;
+  }
   PyErr_Clear();
   gpy_raise_fmt(GANG_INVALID_ARGUMENT,
                 "`%s` must be an array (buffer protocol, "
