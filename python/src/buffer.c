@@ -156,8 +156,9 @@ static int from_array_interface(PyObject *ai, int mode, const char *arg,
   if (data == NULL || !PyTuple_Check(data) || PyTuple_GET_SIZE(data) != 2 ||
       typestr == NULL || !PyUnicode_Check(typestr) || shape == NULL ||
       !PyTuple_Check(shape))
-    return bad(arg, "has an __array_interface__ without data/typestr/shape "
-                    "(%R)",
+    return bad(arg,
+               "has an __array_interface__ without data/typestr/shape "
+               "(%R)",
                ai);
   const char *ts = PyUnicode_AsUTF8(typestr);
   if (ts == NULL)
@@ -168,30 +169,31 @@ static int from_array_interface(PyObject *ai, int mode, const char *arg,
   long size = strtol(ts + 2, NULL, 10);
   int dt = -1;
   if (kind == 'f')
-    dt = size == 4 ? GANG_FLOAT32 : size == 8 ? GANG_FLOAT64
-                                : size == 2 ? GANG_FLOAT16
-                                            : -1;
+    dt = size == 4   ? GANG_FLOAT32
+         : size == 8 ? GANG_FLOAT64
+         : size == 2 ? GANG_FLOAT16
+                     : -1;
   else if (kind == 'i')
-    dt = size == 1 ? GANG_INT8 : size == 2 ? GANG_INT16
-                             : size == 4 ? GANG_INT32
-                             : size == 8 ? GANG_INT64
-                                         : -1;
+    dt = size == 1   ? GANG_INT8
+         : size == 2 ? GANG_INT16
+         : size == 4 ? GANG_INT32
+         : size == 8 ? GANG_INT64
+                     : -1;
   else if (kind == 'u')
-    dt = size == 1 ? GANG_UINT8 : size == 4 ? GANG_UINT32
-                              : size == 8 ? GANG_UINT64
-                                          : -1;
+    dt = size == 1   ? GANG_UINT8
+         : size == 4 ? GANG_UINT32
+         : size == 8 ? GANG_UINT64
+                     : -1;
   else if (kind == 'b')
     dt = size == 1 ? GANG_BOOL : -1;
   if (dt < 0)
     return bad(arg, "has an element type gang does not reduce (typestr %R)",
                typestr);
-  if (mode == GPY_BUF_WRITE && PyObject_IsTrue(PyTuple_GET_ITEM(data, 1)))
-    return gpy_raise_fmt(GANG_INVALID_ARGUMENT,
-                         "`%s` is read-only, but the collective writes into "
-                         "it",
-                         arg) == NULL
-               ? -1
-               : -1;
+  if (mode == GPY_BUF_WRITE && PyObject_IsTrue(PyTuple_GET_ITEM(data, 1))) {
+    gpy_raise_fmt(GANG_INVALID_ARGUMENT,
+                  "`%s` is read-only, but the collective writes into it", arg);
+    return -1;
+  }
   size_t count = 1;
   Py_ssize_t nd = PyTuple_GET_SIZE(shape);
   for (Py_ssize_t i = 0; i < nd; i++) {
@@ -207,11 +209,11 @@ static int from_array_interface(PyObject *ai, int mode, const char *arg,
     for (Py_ssize_t i = nd - 1; i >= 0; i--) {
       long long d = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
       long long s = PyLong_AsLongLong(PyTuple_GET_ITEM(strides, i));
-      if (d > 1 && (size_t)s != expect)
-        return gpy_raise_fmt(GANG_INVALID_ARGUMENT,
-                             "`%s` must be contiguous (C order)", arg) == NULL
-                   ? -1
-                   : -1;
+      if (d > 1 && (size_t)s != expect) {
+        gpy_raise_fmt(GANG_INVALID_ARGUMENT,
+                      "`%s` must be contiguous (C order)", arg);
+        return -1;
+      }
       expect *= (size_t)d;
     }
   }
@@ -305,8 +307,8 @@ static int from_tensor(PyObject *t, const char *arg, gpy_buf *b) {
   Py_DECREF(dev);
   if (type == NULL)
     return -1;
-  int cpu = PyUnicode_Check(type) && PyUnicode_CompareWithASCIIString(
-                                         type, "cpu") == 0;
+  int cpu = PyUnicode_Check(type) &&
+            PyUnicode_CompareWithASCIIString(type, "cpu") == 0;
   if (!cpu) {
     gpy_raise_fmt(GANG_NOT_SUPPORTED,
                   "`%s` is on device %R; gang moves CPU memory only", arg,

@@ -49,8 +49,7 @@ static int parse(const char *fn, PyObject *const *args, Py_ssize_t nargs,
   }
   for (int i = 0; i < required; i++)
     if (out[i] == NULL) {
-      PyErr_Format(PyExc_TypeError, "%s() missing argument '%s'", fn,
-                   names[i]);
+      PyErr_Format(PyExc_TypeError, "%s() missing argument '%s'", fn, names[i]);
       return -1;
     }
   return 0;
@@ -85,8 +84,8 @@ static int as_op(PyObject *o, gang_reduce_op *op) {
   if (PyLong_Check(o)) {
     v = PyLong_AsLong(o);
   } else if (PyUnicode_Check(o)) {
-    static const char *const nm[] = {"", "sum", "mean", "product", "min",
-                                     "max"};
+    static const char *const nm[] = {"",        "sum", "mean",
+                                     "product", "min", "max"};
     const char *s = PyUnicode_AsUTF8(o);
     for (int i = 1; s && i <= 5; i++)
       if (strcasecmp(s, nm[i]) == 0)
@@ -138,8 +137,11 @@ static void close_handle(gpy_gang *o) {
   gang_t *g = o->g;
   o->g = NULL;
   if (g != NULL && o->owned) {
-    Py_BEGIN_ALLOW_THREADS gang_destroy(g);
-    Py_END_ALLOW_THREADS
+    {
+      PyThreadState *nogil_ = PyEval_SaveThread();
+      gang_destroy(g);
+      PyEval_RestoreThread(nogil_);
+    }
   }
   Py_CLEAR(o->owner);
 }
@@ -275,10 +277,12 @@ static PyObject *m_barrier(PyObject *self, PyObject *const *args,
   gang_status st;
   gang_work *w = NULL;
   int async = as_async(a[0]);
-  Py_BEGIN_ALLOW_THREADS st = async ? gang_barrier_post(g, &w)
-                                    : gang_barrier(g);
-  Py_END_ALLOW_THREADS return finish(self, st, w, async, NULL, 0,
-                                     "gang_barrier");
+  {
+    PyThreadState *nogil_ = PyEval_SaveThread();
+    st = async ? gang_barrier_post(g, &w) : gang_barrier(g);
+    PyEval_RestoreThread(nogil_);
+  }
+  return finish(self, st, w, async, NULL, 0, "gang_barrier");
 }
 
 static PyObject *m_all_reduce(PyObject *self, PyObject *const *args,
@@ -296,11 +300,13 @@ static PyObject *m_all_reduce(PyObject *self, PyObject *const *args,
   gang_status st;
   gang_work *w = NULL;
   int async = as_async(a[2]);
-  Py_BEGIN_ALLOW_THREADS st =
-      async ? gang_all_reduce_post(g, b.ptr, b.count, b.dtype, op, &w)
-            : gang_all_reduce(g, b.ptr, b.count, b.dtype, op);
-  Py_END_ALLOW_THREADS return finish(self, st, w, async, &b, 1,
-                                     "gang_all_reduce");
+  {
+    PyThreadState *nogil_ = PyEval_SaveThread();
+    st = async ? gang_all_reduce_post(g, b.ptr, b.count, b.dtype, op, &w)
+               : gang_all_reduce(g, b.ptr, b.count, b.dtype, op);
+    PyEval_RestoreThread(nogil_);
+  }
+  return finish(self, st, w, async, &b, 1, "gang_all_reduce");
 }
 
 static int check_source(gang_t *g, int src, const char *arg) {
@@ -331,11 +337,13 @@ static PyObject *m_broadcast(PyObject *self, PyObject *const *args,
   gang_status st;
   gang_work *w = NULL;
   int async = as_async(a[2]);
-  Py_BEGIN_ALLOW_THREADS st =
-      async ? gang_broadcast_post(g, b.ptr, b.count, b.dtype, src, &w)
-            : gang_broadcast(g, b.ptr, b.count, b.dtype, src);
-  Py_END_ALLOW_THREADS return finish(self, st, w, async, &b, 1,
-                                     "gang_broadcast");
+  {
+    PyThreadState *nogil_ = PyEval_SaveThread();
+    st = async ? gang_broadcast_post(g, b.ptr, b.count, b.dtype, src, &w)
+               : gang_broadcast(g, b.ptr, b.count, b.dtype, src);
+    PyEval_RestoreThread(nogil_);
+  }
+  return finish(self, st, w, async, &b, 1, "gang_broadcast");
 }
 
 /* Sizes of an output made of `parts` blocks of the input, in elements. */
@@ -408,12 +416,14 @@ static PyObject *m_all_gather(PyObject *self, PyObject *const *args,
   gang_status st;
   gang_work *w = NULL;
   int async = as_async(a[2]);
-  Py_BEGIN_ALLOW_THREADS st =
-      async ? gang_all_gather_post(g, b[0].ptr, b[1].ptr, b[1].count,
-                                   b[1].dtype, &w)
-            : gang_all_gather(g, b[0].ptr, b[1].ptr, b[1].count, b[1].dtype);
-  Py_END_ALLOW_THREADS return finish(self, st, w, async, b, 2,
-                                     "gang_all_gather");
+  {
+    PyThreadState *nogil_ = PyEval_SaveThread();
+    st = async ? gang_all_gather_post(g, b[0].ptr, b[1].ptr, b[1].count,
+                                      b[1].dtype, &w)
+               : gang_all_gather(g, b[0].ptr, b[1].ptr, b[1].count, b[1].dtype);
+    PyEval_RestoreThread(nogil_);
+  }
+  return finish(self, st, w, async, b, 2, "gang_all_gather");
 }
 
 static PyObject *m_all_gather_to_list(PyObject *self, PyObject *const *args,
@@ -464,12 +474,15 @@ static PyObject *m_all_gather_to_list(PyObject *self, PyObject *const *args,
   gang_status st;
   gang_work *w = NULL;
   int async = as_async(a[2]);
-  Py_BEGIN_ALLOW_THREADS st =
-      async ? gang_all_gather_to_list_post(g, outs, b[size].ptr,
-                                           b[size].count, b[size].dtype, &w)
-            : gang_all_gather_to_list(g, outs, b[size].ptr, b[size].count,
-                                      b[size].dtype);
-  Py_END_ALLOW_THREADS if (st == GANG_OK && async) {
+  {
+    PyThreadState *nogil_ = PyEval_SaveThread();
+    st = async ? gang_all_gather_to_list_post(g, outs, b[size].ptr,
+                                              b[size].count, b[size].dtype, &w)
+               : gang_all_gather_to_list(g, outs, b[size].ptr, b[size].count,
+                                         b[size].dtype);
+    PyEval_RestoreThread(nogil_);
+  }
+  if (st == GANG_OK && async) {
     /* the work owns the buffers and the pointer array from here */
     res = gpy_work_new(self, w, b, size + 1, outs);
     PyMem_Free(b);
@@ -519,13 +532,15 @@ static PyObject *m_reduce_scatter(PyObject *self, PyObject *const *args,
   gang_status st;
   gang_work *w = NULL;
   int async = as_async(a[3]);
-  Py_BEGIN_ALLOW_THREADS st =
-      async ? gang_reduce_scatter_post(g, b[0].ptr, b[1].ptr, b[0].count,
-                                       b[0].dtype, op, &w)
-            : gang_reduce_scatter(g, b[0].ptr, b[1].ptr, b[0].count,
-                                  b[0].dtype, op);
-  Py_END_ALLOW_THREADS return finish(self, st, w, async, b, 2,
-                                     "gang_reduce_scatter");
+  {
+    PyThreadState *nogil_ = PyEval_SaveThread();
+    st = async ? gang_reduce_scatter_post(g, b[0].ptr, b[1].ptr, b[0].count,
+                                          b[0].dtype, op, &w)
+               : gang_reduce_scatter(g, b[0].ptr, b[1].ptr, b[0].count,
+                                     b[0].dtype, op);
+    PyEval_RestoreThread(nogil_);
+  }
+  return finish(self, st, w, async, b, 2, "gang_reduce_scatter");
 }
 
 static PyObject *m_all_to_all(PyObject *self, PyObject *const *args,
@@ -546,12 +561,15 @@ static PyObject *m_all_to_all(PyObject *self, PyObject *const *args,
     return NULL;
   }
   size_t size = (size_t)gang_size(g);
-  if (check_parts(&b[0], &b[1], 1, "output_tensor", "input_tensor") < 0 ||
-      (b[1].count % size != 0 &&
-       gpy_raise_fmt(GANG_INVALID_ARGUMENT,
-                     "`input_tensor` holds %zu elements, not a multiple of "
-                     "the gang's size (%zu)",
-                     b[1].count, size) == NULL)) {
+  int bad = check_parts(&b[0], &b[1], 1, "output_tensor", "input_tensor");
+  if (bad == 0 && b[1].count % size != 0) {
+    gpy_raise_fmt(GANG_INVALID_ARGUMENT,
+                  "`input_tensor` holds %zu elements, not a multiple of the "
+                  "gang's size (%zu)",
+                  b[1].count, size);
+    bad = -1;
+  }
+  if (bad < 0) {
     gpy_buf_release(&b[0]);
     gpy_buf_release(&b[1]);
     return NULL;
@@ -559,13 +577,15 @@ static PyObject *m_all_to_all(PyObject *self, PyObject *const *args,
   gang_status st;
   gang_work *w = NULL;
   int async = as_async(a[2]);
-  Py_BEGIN_ALLOW_THREADS st =
-      async ? gang_all_to_all_post(g, b[0].ptr, b[1].ptr, b[1].count / size,
-                                   b[1].dtype, &w)
-            : gang_all_to_all(g, b[0].ptr, b[1].ptr, b[1].count / size,
-                              b[1].dtype);
-  Py_END_ALLOW_THREADS return finish(self, st, w, async, b, 2,
-                                     "gang_all_to_all");
+  {
+    PyThreadState *nogil_ = PyEval_SaveThread();
+    st = async ? gang_all_to_all_post(g, b[0].ptr, b[1].ptr, b[1].count / size,
+                                      b[1].dtype, &w)
+               : gang_all_to_all(g, b[0].ptr, b[1].ptr, b[1].count / size,
+                                 b[1].dtype);
+    PyEval_RestoreThread(nogil_);
+  }
+  return finish(self, st, w, async, b, 2, "gang_all_to_all");
 }
 
 static PyObject *p2p(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
@@ -587,13 +607,17 @@ static PyObject *p2p(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
   gang_status st;
   gang_work *w = NULL;
   int async = as_async(a[3]);
-  Py_BEGIN_ALLOW_THREADS if (send) st =
-      async ? gang_send_post(g, b.ptr, b.nbytes, peer, tag, &w)
-            : gang_send(g, b.ptr, b.nbytes, peer, tag);
-  else st = async ? gang_recv_post(g, b.ptr, b.nbytes, peer, tag, &w)
-                  : gang_recv(g, b.ptr, b.nbytes, peer, tag);
-  Py_END_ALLOW_THREADS return finish(self, st, w, async, &b, 1,
-                                     send ? "gang_send" : "gang_recv");
+  {
+    PyThreadState *nogil_ = PyEval_SaveThread();
+    if (send)
+      st = async ? gang_send_post(g, b.ptr, b.nbytes, peer, tag, &w)
+                 : gang_send(g, b.ptr, b.nbytes, peer, tag);
+    else
+      st = async ? gang_recv_post(g, b.ptr, b.nbytes, peer, tag, &w)
+                 : gang_recv(g, b.ptr, b.nbytes, peer, tag);
+    PyEval_RestoreThread(nogil_);
+  }
+  return finish(self, st, w, async, &b, 1, send ? "gang_send" : "gang_recv");
 }
 
 static PyObject *m_send(PyObject *self, PyObject *const *args, Py_ssize_t n,
@@ -626,8 +650,12 @@ static PyObject *m_broadcast_bytes(PyObject *self, PyObject *const *args,
   void *data = is_src ? view.buf : NULL;
   size_t len = is_src ? (size_t)view.len : 0;
   gang_status st;
-  Py_BEGIN_ALLOW_THREADS st = gang_broadcast_bytes(g, &data, &len, src);
-  Py_END_ALLOW_THREADS PyObject *res = NULL;
+  {
+    PyThreadState *nogil_ = PyEval_SaveThread();
+    st = gang_broadcast_bytes(g, &data, &len, src);
+    PyEval_RestoreThread(nogil_);
+  }
+  PyObject *res = NULL;
   if (st != GANG_OK)
     gpy_raise(st, "gang_broadcast_bytes");
   else if (is_src)
@@ -650,9 +678,12 @@ static PyObject *m_all_gather_bytes(PyObject *self, PyObject *arg) {
   void **outs = NULL;
   size_t *lens = NULL;
   gang_status st;
-  Py_BEGIN_ALLOW_THREADS st =
-      gang_all_gather_bytes(g, view.buf, (size_t)view.len, &outs, &lens);
-  Py_END_ALLOW_THREADS PyBuffer_Release(&view);
+  {
+    PyThreadState *nogil_ = PyEval_SaveThread();
+    st = gang_all_gather_bytes(g, view.buf, (size_t)view.len, &outs, &lens);
+    PyEval_RestoreThread(nogil_);
+  }
+  PyBuffer_Release(&view);
   if (st != GANG_OK)
     return gpy_raise(st, "gang_all_gather_bytes");
   int n = gang_size(g);
@@ -693,8 +724,12 @@ static PyObject *m_create_gang(PyObject *self, PyObject *ranks_obj) {
   Py_DECREF(seq);
   gang_t *sub = NULL;
   gang_status st;
-  Py_BEGIN_ALLOW_THREADS st = gang_create_subgang(g, ranks, (int)n, &sub);
-  Py_END_ALLOW_THREADS PyMem_Free(ranks);
+  {
+    PyThreadState *nogil_ = PyEval_SaveThread();
+    st = gang_create_subgang(g, ranks, (int)n, &sub);
+    PyEval_RestoreThread(nogil_);
+  }
+  PyMem_Free(ranks);
   if (st != GANG_OK)
     return gpy_raise(st, "gang_create_subgang");
   if (sub == NULL)
@@ -716,8 +751,13 @@ static PyObject *m_split(PyObject *self, PyObject *const *args,
     return NULL;
   gang_t *sub = NULL;
   gang_status st;
-  Py_BEGIN_ALLOW_THREADS st = gang_split(g, color, key, &sub);
-  Py_END_ALLOW_THREADS if (st != GANG_OK) return gpy_raise(st, "gang_split");
+  {
+    PyThreadState *nogil_ = PyEval_SaveThread();
+    st = gang_split(g, color, key, &sub);
+    PyEval_RestoreThread(nogil_);
+  }
+  if (st != GANG_OK)
+    return gpy_raise(st, "gang_split");
   if (sub == NULL)
     Py_RETURN_NONE;
   return gpy_gang_wrap(Py_TYPE(self), sub, 1, NULL);
@@ -747,16 +787,20 @@ static PyObject *c_create_default(PyObject *cls, PyObject *const *args,
   }
   gang_t *g = NULL;
   gang_status st;
-  Py_BEGIN_ALLOW_THREADS st = gang_create_default(&o, &g);
-  Py_END_ALLOW_THREADS if (st != GANG_OK) return gpy_raise(
-      st, "gang_create_default");
+  {
+    PyThreadState *nogil_ = PyEval_SaveThread();
+    st = gang_create_default(&o, &g);
+    PyEval_RestoreThread(nogil_);
+  }
+  if (st != GANG_OK)
+    return gpy_raise(st, "gang_create_default");
   return gpy_gang_wrap((PyTypeObject *)cls, g, 1, NULL);
 }
 
 static PyObject *c_create_with_store(PyObject *cls, PyObject *const *args,
                                      Py_ssize_t nargs, PyObject *kwnames) {
-  static const char *const names[] = {"store_addr", "rank", "size", "device",
-                                      "timeout", NULL};
+  static const char *const names[] = {"store_addr", "rank",    "size",
+                                      "device",     "timeout", NULL};
   PyObject *a[5];
   int rank, size;
   if (parse("_create_with_store", args, nargs, kwnames, names, 3, a) < 0 ||
@@ -776,9 +820,13 @@ static PyObject *c_create_with_store(PyObject *cls, PyObject *const *args,
   }
   gang_t *g = NULL;
   gang_status st;
-  Py_BEGIN_ALLOW_THREADS st = gang_create_with_store(&o, addr, rank, size, &g);
-  Py_END_ALLOW_THREADS if (st != GANG_OK) return gpy_raise(
-      st, "gang_create_with_store");
+  {
+    PyThreadState *nogil_ = PyEval_SaveThread();
+    st = gang_create_with_store(&o, addr, rank, size, &g);
+    PyEval_RestoreThread(nogil_);
+  }
+  if (st != GANG_OK)
+    return gpy_raise(st, "gang_create_with_store");
   return gpy_gang_wrap((PyTypeObject *)cls, g, 1, NULL);
 }
 

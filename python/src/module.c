@@ -147,10 +147,14 @@ static PyMethodDef module_methods[] = {
 };
 
 static struct PyModuleDef module_def = {
-    PyModuleDef_HEAD_INIT, "gang._gang",
-    "The C extension under the gang package; use the package instead.", -1,
-    module_methods,        NULL,
-    NULL,                  NULL,
+    PyModuleDef_HEAD_INIT,
+    "gang._gang",
+    "The C extension under the gang package; use the package instead.",
+    -1,
+    module_methods,
+    NULL,
+    NULL,
+    NULL,
     NULL,
 };
 
@@ -166,9 +170,8 @@ static int add_errors(PyObject *m) {
     const err_def *d = &err_defs[i];
     char qual[96];
     snprintf(qual, sizeof qual, "gang.%s", d->name);
-    PyObject *bases = d->builtin
-                          ? PyTuple_Pack(2, gang_error, *d->builtin)
-                          : PyTuple_Pack(1, gang_error);
+    PyObject *bases = d->builtin ? PyTuple_Pack(2, gang_error, *d->builtin)
+                                 : PyTuple_Pack(1, gang_error);
     if (bases == NULL)
       return -1;
     PyObject *cls = PyErr_NewExceptionWithDoc(qual, d->doc, bases, NULL);
@@ -189,8 +192,7 @@ PyMODINIT_FUNC PyInit__gang(void) {
       PyModule_AddObjectRef(m, "_Gang", (PyObject *)&gpy_gang_type) < 0 ||
       PyModule_AddObjectRef(m, "Work", (PyObject *)&gpy_work_type) < 0 ||
       gpy_topo_init(m) < 0 ||
-      PyModule_AddStringConstant(m, "__version__", gang_version_string()) <
-          0) {
+      PyModule_AddStringConstant(m, "__version__", gang_version_string()) < 0) {
     Py_DECREF(m);
     return NULL;
   }

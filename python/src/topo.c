@@ -66,8 +66,12 @@ typedef struct gpy_topology {
 } gpy_topology;
 
 static void topology_dealloc(gpy_topology *o) {
-  Py_BEGIN_ALLOW_THREADS gangs_close(&o->gs);
-  Py_END_ALLOW_THREADS Py_CLEAR(o->keep);
+  {
+    PyThreadState *nogil_ = PyEval_SaveThread();
+    gangs_close(&o->gs);
+    PyEval_RestoreThread(nogil_);
+  }
+  Py_CLEAR(o->keep);
   PyObject_Del(o);
 }
 
@@ -156,9 +160,13 @@ static PyObject *f_create_parallel_gangs(PyObject *mod, PyObject *args) {
     return NULL;
   gangs gs;
   gang_status st;
-  Py_BEGIN_ALLOW_THREADS st = gangs_create_parallel(g, tp, pp, &gs);
-  Py_END_ALLOW_THREADS if (st != GANG_OK) return gpy_raise(
-      st, "gangs_create_parallel");
+  {
+    PyThreadState *nogil_ = PyEval_SaveThread();
+    st = gangs_create_parallel(g, tp, pp, &gs);
+    PyEval_RestoreThread(nogil_);
+  }
+  if (st != GANG_OK)
+    return gpy_raise(st, "gangs_create_parallel");
   return topology_new(&gs, root);
 }
 
@@ -182,9 +190,13 @@ static PyObject *f_create_fsdp_gangs(PyObject *mod, PyObject *args) {
   }
   gangs in = {h[0], h[1], h[2], h[3], h[4], h[5], NULL}, out;
   gang_status st;
-  Py_BEGIN_ALLOW_THREADS st = gangs_create_fsdp(&in, k, &out);
-  Py_END_ALLOW_THREADS if (st != GANG_OK) return gpy_raise(
-      st, "gangs_create_fsdp");
+  {
+    PyThreadState *nogil_ = PyEval_SaveThread();
+    st = gangs_create_fsdp(&in, k, &out);
+    PyEval_RestoreThread(nogil_);
+  }
+  if (st != GANG_OK)
+    return gpy_raise(st, "gangs_create_fsdp");
   return topology_new(&out, keep);
 }
 
@@ -226,9 +238,13 @@ static PyObject *f_broadcast_flag(PyObject *mod, PyObject *args) {
   if (g == NULL || v < 0)
     return NULL;
   gang_status st;
-  Py_BEGIN_ALLOW_THREADS st = gang_broadcast_flag(g, &v, src);
-  Py_END_ALLOW_THREADS if (st != GANG_OK) return gpy_raise(
-      st, "gang_broadcast_flag");
+  {
+    PyThreadState *nogil_ = PyEval_SaveThread();
+    st = gang_broadcast_flag(g, &v, src);
+    PyEval_RestoreThread(nogil_);
+  }
+  if (st != GANG_OK)
+    return gpy_raise(st, "gang_broadcast_flag");
   return PyBool_FromLong(v);
 }
 
@@ -243,17 +259,26 @@ static PyObject *f_all_sum(PyObject *mod, PyObject *args) {
   gang_status st;
   if (PyFloat_Check(value)) {
     double d = PyFloat_AS_DOUBLE(value);
-    Py_BEGIN_ALLOW_THREADS st = gang_all_sum_f64(g, &d);
-    Py_END_ALLOW_THREADS if (st != GANG_OK) return gpy_raise(st,
-                                                             "gang_all_sum");
+    {
+      PyThreadState *nogil_ = PyEval_SaveThread();
+      st = gang_all_sum_f64(g, &d);
+      PyEval_RestoreThread(nogil_);
+    }
+    if (st != GANG_OK)
+      return gpy_raise(st, "gang_all_sum");
     return PyFloat_FromDouble(d);
   }
   long long v = PyLong_AsLongLong(value);
   if (v == -1 && PyErr_Occurred())
     return NULL;
   int64_t i = v;
-  Py_BEGIN_ALLOW_THREADS st = gang_all_sum(g, &i);
-  Py_END_ALLOW_THREADS if (st != GANG_OK) return gpy_raise(st, "gang_all_sum");
+  {
+    PyThreadState *nogil_ = PyEval_SaveThread();
+    st = gang_all_sum(g, &i);
+    PyEval_RestoreThread(nogil_);
+  }
+  if (st != GANG_OK)
+    return gpy_raise(st, "gang_all_sum");
   return PyLong_FromLongLong(i);
 }
 
@@ -355,10 +380,13 @@ static PyObject *f_mesh_create(PyObject *mod, PyObject *args) {
   gang_mesh *m = NULL;
   gang_status st;
   const char *const *np = names_o != Py_None ? names : NULL;
-  Py_BEGIN_ALLOW_THREADS st =
-      ranks ? gang_mesh_create_from_ranks(g, ranks, shape, (int)nd, np, &m)
-            : gang_mesh_create(g, shape, (int)nd, np, &m);
-  Py_END_ALLOW_THREADS PyMem_Free(ranks);
+  {
+    PyThreadState *nogil_ = PyEval_SaveThread();
+    st = ranks ? gang_mesh_create_from_ranks(g, ranks, shape, (int)nd, np, &m)
+               : gang_mesh_create(g, shape, (int)nd, np, &m);
+    PyEval_RestoreThread(nogil_);
+  }
+  PyMem_Free(ranks);
   Py_XDECREF(rk);
   Py_XDECREF(keep);
   if (st != GANG_OK)
@@ -372,7 +400,8 @@ static PyObject *ms_info(PyObject *self, PyObject *noargs) {
   int nd = gang_mesh_ndim(m);
   const int *shape = gang_mesh_shape(m);
   const char *const *names = gang_mesh_names(m);
-  PyObject *sh = PyTuple_New(nd), *nm = names ? PyTuple_New(nd) : Py_NewRef(Py_None);
+  PyObject *sh = PyTuple_New(nd),
+           *nm = names ? PyTuple_New(nd) : Py_NewRef(Py_None);
   for (int i = 0; sh && nm && i < nd; i++) {
     PyTuple_SET_ITEM(sh, i, PyLong_FromLong(shape[i]));
     if (names)
@@ -481,9 +510,13 @@ static PyObject *ms_flatten(PyObject *self, PyObject *args) {
   gang_t *g = NULL;
   gang_status st;
   gang_mesh *m = ((gpy_mesh *)self)->m;
-  Py_BEGIN_ALLOW_THREADS st = gang_mesh_flatten(m, name, &g);
-  Py_END_ALLOW_THREADS if (st != GANG_OK) return gpy_raise(
-      st, "gang_mesh_flatten");
+  {
+    PyThreadState *nogil_ = PyEval_SaveThread();
+    st = gang_mesh_flatten(m, name, &g);
+    PyEval_RestoreThread(nogil_);
+  }
+  if (st != GANG_OK)
+    return gpy_raise(st, "gang_mesh_flatten");
   if (g == NULL)
     Py_RETURN_NONE;
   return gpy_gang_wrap(type, g, 0, self);

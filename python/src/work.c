@@ -32,9 +32,14 @@ PyObject *gpy_work_new(PyObject *gang, gang_work *w, gpy_buf *bufs, int n,
   gpy_buf *owned = n ? PyMem_Calloc((size_t)n, sizeof *owned) : NULL;
   PyThread_type_lock lock = PyThread_allocate_lock();
   if (o == NULL || (n && owned == NULL) || lock == NULL) {
-    Py_BEGIN_ALLOW_THREADS gang_work_wait(w, -1);
-    gang_work_free(w);
-    Py_END_ALLOW_THREADS for (int i = 0; i < n; i++) gpy_buf_release(&bufs[i]);
+    {
+      PyThreadState *nogil_ = PyEval_SaveThread();
+      gang_work_wait(w, -1);
+      gang_work_free(w);
+      PyEval_RestoreThread(nogil_);
+    }
+    for (int i = 0; i < n; i++)
+      gpy_buf_release(&bufs[i]);
     PyMem_Free(owned);
     PyMem_Free(extra);
     if (lock)
@@ -89,8 +94,8 @@ static PyObject *result(gpy_work *o) {
 /* wait(timeout=None) -> True, or raises the collective's error. timeout
  * in seconds; None means the gang's default deadline. A timeout breaks
  * the gang (GangTimeoutError), as in the C library. */
-static PyObject *m_wait(PyObject *self, PyObject *const *args,
-                        Py_ssize_t nargs, PyObject *kwnames) {
+static PyObject *m_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                        PyObject *kwnames) {
   gpy_work *o = (gpy_work *)self;
   PyObject *t = nargs > 0 ? args[0] : NULL;
   if (kwnames && PyTuple_GET_SIZE(kwnames) == 1 && nargs == 0 &&
@@ -118,9 +123,13 @@ static PyObject *m_wait(PyObject *self, PyObject *const *args,
   /* Another thread may be inside gang_work_wait: wait for the lock as long
    * as this caller would wait for the work. */
   PyLockStatus got;
-  Py_BEGIN_ALLOW_THREADS got = PyThread_acquire_lock_timed(
-      o->lock, ms < 0 ? -1 : (PY_TIMEOUT_T)ms * 1000, 0);
-  Py_END_ALLOW_THREADS if (got != PY_LOCK_ACQUIRED) {
+  {
+    PyThreadState *nogil_ = PyEval_SaveThread();
+    got = PyThread_acquire_lock_timed(o->lock,
+                                      ms < 0 ? -1 : (PY_TIMEOUT_T)ms * 1000, 0);
+    PyEval_RestoreThread(nogil_);
+  }
+  if (got != PY_LOCK_ACQUIRED) {
     if (o->done)
       return result(o);
     return gpy_raise_fmt(GANG_TIMEOUT,
@@ -132,12 +141,17 @@ static PyObject *m_wait(PyObject *self, PyObject *const *args,
     gang_status st;
     int done = 0;
     gang_work *w = o->w;
-    Py_BEGIN_ALLOW_THREADS st = gang_work_wait(w, ms);
-    if (st != GANG_OK)
-      gang_work_test(w, &done);
-    else
-      done = 1;
-    Py_END_ALLOW_THREADS if (done) complete(o, st);
+    {
+      PyThreadState *nogil_ = PyEval_SaveThread();
+      st = gang_work_wait(w, ms);
+      if (st != GANG_OK)
+        gang_work_test(w, &done);
+      else
+        done = 1;
+      PyEval_RestoreThread(nogil_);
+    }
+    if (done)
+      complete(o, st);
     else {
       PyThread_release_lock(o->lock);
       return gpy_raise(st, "gang_work_wait");
@@ -192,8 +206,12 @@ static void work_dealloc(gpy_work *o) {
     if (!o->done && o->w != NULL) {
       gang_status st;
       gang_work *w = o->w;
-      Py_BEGIN_ALLOW_THREADS st = gang_work_wait(w, -1);
-      Py_END_ALLOW_THREADS complete(o, st);
+      {
+        PyThreadState *nogil_ = PyEval_SaveThread();
+        st = gang_work_wait(w, -1);
+        PyEval_RestoreThread(nogil_);
+      }
+      complete(o, st);
     }
     PyThread_free_lock(o->lock);
   }
@@ -203,8 +221,7 @@ static void work_dealloc(gpy_work *o) {
 }
 
 static PyMethodDef work_methods[] = {
-    {"wait", (PyCFunction)(void (*)(void))m_wait,
-     METH_FASTCALL | METH_KEYWORDS,
+    {"wait", (PyCFunction)(void (*)(void))m_wait, METH_FASTCALL | METH_KEYWORDS,
      "wait(timeout=None) -> True: blocks (GIL released) until the collective "
      "completes; raises its error. Any thread."},
     {"is_completed", m_is_completed, METH_NOARGS,

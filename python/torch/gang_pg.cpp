@@ -173,9 +173,9 @@ private:
     works_.clear();
     done_ = true;
     if (first != GANG_OK) {
-      error_ = std::make_exception_ptr(std::runtime_error(
-          std::string("gang collective failed (") + gang_status_name(first) +
-          "): " + detail));
+      error_ = std::make_exception_ptr(
+          std::runtime_error(std::string("gang collective failed (") +
+                             gang_status_name(first) + "): " + detail));
     } else if (then) {
       then();
     }
@@ -237,8 +237,8 @@ public:
     for (auto &t : tensors) {
       check_tensor(t, "all_reduce tensor");
       gang_work *w = nullptr;
-      gang_status st =
-          gang_all_reduce_post(g_, t.data_ptr(), t.numel(), dtype_of(t), op, &w);
+      gang_status st = gang_all_reduce_post(g_, t.data_ptr(), t.numel(),
+                                            dtype_of(t), op, &w);
       if (st != GANG_OK)
         fail(st, "all_reduce");
       work->add(w);
@@ -362,20 +362,17 @@ public:
     work->keep.push_back(in);
     gang_work *w = nullptr;
     gang_status st =
-        gang_reduce_scatter_post(g_, out.data_ptr(), in.data_ptr(),
-                                 out.numel(), dtype_of(out),
-                                 op_of(opts.reduceOp), &w);
+        gang_reduce_scatter_post(g_, out.data_ptr(), in.data_ptr(), out.numel(),
+                                 dtype_of(out), op_of(opts.reduceOp), &w);
     if (st != GANG_OK)
       fail(st, "reduce_scatter_tensor");
     work->add(w);
     return work;
   }
 
-  c10::intrusive_ptr<c10d::Work>
-  alltoall_base(at::Tensor &out, at::Tensor &in,
-                std::vector<int64_t> &out_splits,
-                std::vector<int64_t> &in_splits,
-                const c10d::AllToAllOptions &) override {
+  c10::intrusive_ptr<c10d::Work> alltoall_base(
+      at::Tensor &out, at::Tensor &in, std::vector<int64_t> &out_splits,
+      std::vector<int64_t> &in_splits, const c10d::AllToAllOptions &) override {
     check_tensor(out, "all_to_all output");
     check_tensor(in, "all_to_all input");
     auto work = make(c10d::OpType::ALLTOALL_BASE, {out});
@@ -394,10 +391,10 @@ public:
       int64_t row_out = out.size(0) ? out.numel() / out.size(0) : 0;
       auto counts = std::make_shared<std::vector<size_t>>(2 * n);
       for (int i = 0; i < n; i++) {
-        (*counts)[i] = in_splits.empty() ? in.numel() / n
-                                         : in_splits[i] * row_in;
-        (*counts)[n + i] = out_splits.empty() ? out.numel() / n
-                                              : out_splits[i] * row_out;
+        (*counts)[i] =
+            in_splits.empty() ? in.numel() / n : in_splits[i] * row_in;
+        (*counts)[n + i] =
+            out_splits.empty() ? out.numel() / n : out_splits[i] * row_out;
       }
       work->then = [counts] {};
       st = gang_all_to_all_v_post(g_, out.data_ptr(), counts->data() + n,
@@ -422,8 +419,8 @@ public:
     return work;
   }
 
-  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor> &tensors,
-                                      int dst, int tag) override {
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor> &tensors, int dst,
+                                      int tag) override {
     auto work = make(c10d::OpType::SEND, tensors);
     for (auto &t : tensors) {
       check_tensor(t, "send tensor");
@@ -437,8 +434,8 @@ public:
     return work;
   }
 
-  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor> &tensors,
-                                      int src, int tag) override {
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor> &tensors, int src,
+                                      int tag) override {
     auto work = make(c10d::OpType::RECV, tensors);
     for (auto &t : tensors) {
       check_tensor(t, "recv tensor");

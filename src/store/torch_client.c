@@ -96,8 +96,7 @@ static int put_bytes(torch_client *c, const void *p, size_t n) {
 
 static gang_status begin(torch_client *c, uint8_t q) {
   if (c->broken != GANG_OK)
-    return gang__error(c->broken, "torch store %s: %s", c->peer,
-                       c->broken_msg);
+    return gang__error(c->broken, "torch store %s: %s", c->peer, c->broken_msg);
   c->len = 0;
   return put(c, &q, 1) < 0
              ? gang__error(GANG_NO_MEMORY, "torch store: out of memory")
@@ -149,8 +148,8 @@ static gang_status recv_value(torch_client *c, void **value, size_t *len,
   char *v = malloc((size_t)n + 1);
   if (v == NULL)
     return broke(c, gang__error(GANG_NO_MEMORY, "torch store: out of memory"));
-  gang_status st = gang__sock_read_full(c->fd, v, (size_t)n, deadline, -1,
-                                        c->peer);
+  gang_status st =
+      gang__sock_read_full(c->fd, v, (size_t)n, deadline, -1, c->peer);
   if (st != GANG_OK) {
     free(v);
     return broke(c, st);
@@ -239,8 +238,8 @@ static void torch_close(gang_store *st) {
 
 /* ---- operations ---------------------------------------------------------- */
 
-static gang_status torch_set(gang_store *st, const char *key,
-                             const void *value, size_t len) {
+static gang_status torch_set(gang_store *st, const char *key, const void *value,
+                             size_t len) {
   torch_client *c = impl_of(st);
   GANG_CHECK(begin(c, Q_SET));
   if (put_bytes(c, key, strlen(key)) < 0 || put_bytes(c, value, len) < 0)
@@ -248,8 +247,8 @@ static gang_status torch_set(gang_store *st, const char *key,
   return send_req(c, io_deadline());
 }
 
-static gang_status keys_req(torch_client *c, uint8_t q,
-                            const char *const *keys, size_t n) {
+static gang_status keys_req(torch_client *c, uint8_t q, const char *const *keys,
+                            size_t n) {
   GANG_CHECK(begin(c, q));
   if (put_u64(c, n) < 0)
     return OOM();
@@ -259,8 +258,8 @@ static gang_status keys_req(torch_client *c, uint8_t q,
   return GANG_OK;
 }
 
-static gang_status torch_wait(gang_store *st, const char *const *keys,
-                              size_t n, int64_t deadline) {
+static gang_status torch_wait(gang_store *st, const char *const *keys, size_t n,
+                              int64_t deadline) {
   torch_client *c = impl_of(st);
   GANG_CHECK(keys_req(c, Q_WAIT, keys, n));
   GANG_CHECK(send_req(c, io_deadline()));
@@ -273,9 +272,9 @@ static gang_status torch_wait(gang_store *st, const char *const *keys,
                        c->peer, n, n ? keys[0] : "");
   GANG_CHECK(s);
   if (r != 0)
-    return broke(c, gang__error(GANG_PROTOCOL,
-                                "torch store %s: wait answered %u", c->peer,
-                                r));
+    return broke(c,
+                 gang__error(GANG_PROTOCOL, "torch store %s: wait answered %u",
+                             c->peer, r));
   return GANG_OK;
 }
 
@@ -325,8 +324,8 @@ static gang_status torch_compare_set(gang_store *st, const char *key,
                                      void **current, size_t *clen) {
   torch_client *c = impl_of(st);
   GANG_CHECK(begin(c, Q_COMPARE_SET));
-  if (put_bytes(c, key, strlen(key)) < 0 ||
-      put_bytes(c, expected, elen) < 0 || put_bytes(c, desired, dlen) < 0)
+  if (put_bytes(c, key, strlen(key)) < 0 || put_bytes(c, expected, elen) < 0 ||
+      put_bytes(c, desired, dlen) < 0)
     return OOM();
   GANG_CHECK(send_req(c, io_deadline()));
   void *v;
@@ -388,8 +387,8 @@ static gang_status torch_append(gang_store *st, const char *key,
     size_t nlen = 0;
     gang_status s = torch_compare_set(st, key, cur ? cur : "", clen, next,
                                       clen + len, &now, &nlen);
-    bool done = s == GANG_OK && nlen == clen + len &&
-                memcmp(now, next, nlen) == 0;
+    bool done =
+        s == GANG_OK && nlen == clen + len && memcmp(now, next, nlen) == 0;
     free(cur);
     free(next);
     free(now);
