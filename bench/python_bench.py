@@ -13,7 +13,8 @@ of one in-place SUM all_reduce through
   mpi4py          comm.Allreduce(MPI.IN_PLACE, a) under mpirun (Open MPI)
   C gang-bench    the C library itself (tools/gang-bench), the floor
 and writes a Markdown table (time per call in microseconds, median of
-repeats; the Python package's overhead over the C library) and a PNG
+repeats, median again over --runs whole passes; the Python package's
+overhead over the C library) and a PNG
 (gnuplot, as bench/compare does) into --out, named by date and commit.
 The ranks run on this machine: gang over shared memory, Gloo over
 loopback TCP, Open MPI over its shared-memory transport.
@@ -147,6 +148,8 @@ def main():
     p.add_argument("--build", default=os.path.join(HERE, "..", "build", "release"))
     p.add_argument("--ranks", type=int, default=2)
     p.add_argument("--out", default=os.path.join(HERE, "results"))
+    p.add_argument("--runs", type=int, default=3,
+                   help="whole passes; each cell is the median over them (a shared machine is noisy)")
     args = p.parse_args()
     if args.worker == "gang":
         return worker_gang(args)
@@ -160,6 +163,22 @@ def main():
     env["PYTHONPATH"] = os.path.join(build, "python") + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["OMP_NUM_THREADS"] = "1"
     py = "/usr/bin/python3"
+    passes = []
+    for k in range(args.runs):
+        rows = one_pass(build, env, py, args)
+        if rows is None:
+            return 1
+        passes += rows
+    merged = {}
+    for r in passes:
+        merged.setdefault((r["impl"], r["bytes"]), []).append(r["us"])
+    rows = [{"impl": i, "bytes": b, "us": statistics.median(v), "runs": v, "ranks": args.ranks}
+            for (i, b), v in merged.items()]
+    write_outputs(rows, args)
+    return 0
+
+
+def one_pass(build, env, py, args):
     rows = run_c_floor(build, args.ranks)
     gangrun = os.path.join(build, "tools", "gangrun", "gangrun")
     for worker in ("gang", "torch-gang", "torch-gloo"):
@@ -167,7 +186,7 @@ def main():
                               "--worker", worker], env=env, capture_output=True, text=True, timeout=3600)
         if out.returncode != 0:
             sys.stderr.write(out.stdout + out.stderr)
-            return 1
+            return None
         rows += parse_json_lines(out.stdout)
     if shutil.which("mpirun"):
         cmd = ["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", str(args.ranks), "--bind-to", "none",
@@ -179,8 +198,7 @@ def main():
             sys.stderr.write("mpi4py run failed:\n" + out.stdout + out.stderr)
     else:
         sys.stderr.write("mpirun not found: no mpi4py row (scripts/install-deps.sh --bench)\n")
-    write_outputs(rows, args)
-    return 0
+    return rows
 
 
 def write_outputs(rows, args):
@@ -191,7 +209,7 @@ def write_outputs(rows, args):
     base = os.path.join(args.out, f"{stamp}-python-{commit}-{args.ranks}")
     os.makedirs(args.out, exist_ok=True)
     lines = [f"all_reduce SUM float32, in place, {args.ranks} ranks on one machine; microseconds per call "
-             f"(median of 5 repeats of the mean), {stamp}, commit {commit}", ""]
+             f"(median over {args.runs} runs of the median of 5 repeats of the mean), {stamp}, commit {commit}", ""]
     lines.append("| size | " + " | ".join(impls) + " | gang/numpy - C | torch/gang vs torch/gloo | gang/numpy vs mpi4py |")
     lines.append("|" + " --- |" * (len(impls) + 4))
     for b in SIZES:

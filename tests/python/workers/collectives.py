@@ -146,4 +146,31 @@ if n >= 2:
     sub = root.create_gang([n - 1 - i for i in range(n)])  # list order: reversed
     assert sub.rank == n - 1 - r
 
+# the device mesh: (2, n/2) named (dp, tp), torch's layout
+if n % 2 == 0 and n >= 2:
+    mesh = gang.init_device_mesh("cpu", (2, n // 2), mesh_dim_names=("dp", "tp"))
+    cols = n // 2
+    assert mesh.get_coordinate() == [r // cols, r % cols]
+    assert mesh.get_local_rank("dp") == r // cols and mesh.get_local_rank("tp") == r % cols
+    assert mesh.get_rank() == r and mesh.shape == (2, cols)
+    assert mesh.mesh.tolist() == [list(range(cols)), list(range(cols, n))]
+    dp_groups = [dist.new_group([c, c + cols]) for c in range(cols)]
+    x = inputs(np.float32, 6)
+    ref = torch.from_numpy(x.copy())
+    dist.all_reduce(ref, group=dp_groups[r % cols])
+    a = x.copy()
+    mesh.get_group("dp").all_reduce(a, R.SUM)
+    check("mesh dp all_reduce", a, ref.numpy())
+    tp = mesh["tp"]
+    assert tp.mesh.tolist() == [(r // cols) * cols + i for i in range(cols)]
+    assert tp.get_group().size == cols and mesh.get_group(1).size == cols
+    flat = mesh._flatten()
+    assert mesh.get_group("dp_tp").size == n and flat.get_group().rank == r
+    try:
+        mesh.get_group("nope")
+    except KeyError:
+        pass
+    else:
+        raise AssertionError("an unknown mesh dimension was accepted")
+
 print("COLLECTIVES OK")
