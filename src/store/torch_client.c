@@ -11,6 +11,7 @@
  * The protocol (torch 1.x's TCPStore; little-endian, as the hosts it runs
  * on): a request is one byte of query type, then its arguments; a string
  * or a byte value is a uint64 length and the bytes; an integer is 8 bytes.
+ * Keys go on the wire as "/" + key, as torch's clients send them.
  *   SET 0 key value              (no reply)
  *   COMPARE_SET 1 key exp desired -> value
  *   GET 2 key                    -> value (the key must exist: wait first)
@@ -92,6 +93,13 @@ static int put_u64(torch_client *c, uint64_t v) {
 
 static int put_bytes(torch_client *c, const void *p, size_t n) {
   return put_u64(c, n) < 0 ? -1 : put(c, p, n);
+}
+
+/* torch's clients send every key as "/" + key (TCPStore's keyPrefix_);
+ * doing the same makes a key set here the key torch's get() asks for. */
+static int put_key(torch_client *c, const char *key) {
+  size_t n = strlen(key);
+  return put_u64(c, n + 1) < 0 || put(c, "/", 1) < 0 ? -1 : put(c, key, n);
 }
 
 static gang_status begin(torch_client *c, uint8_t q) {
@@ -242,7 +250,7 @@ static gang_status torch_set(gang_store *st, const char *key, const void *value,
                              size_t len) {
   torch_client *c = impl_of(st);
   GANG_CHECK(begin(c, Q_SET));
-  if (put_bytes(c, key, strlen(key)) < 0 || put_bytes(c, value, len) < 0)
+  if (put_key(c, key) < 0 || put_bytes(c, value, len) < 0)
     return OOM();
   return send_req(c, io_deadline());
 }
@@ -253,7 +261,7 @@ static gang_status keys_req(torch_client *c, uint8_t q, const char *const *keys,
   if (put_u64(c, n) < 0)
     return OOM();
   for (size_t i = 0; i < n; i++)
-    if (put_bytes(c, keys[i], strlen(keys[i])) < 0)
+    if (put_key(c, keys[i]) < 0)
       return OOM();
   return GANG_OK;
 }
@@ -281,7 +289,7 @@ static gang_status torch_wait(gang_store *st, const char *const *keys, size_t n,
 static gang_status get_now(torch_client *c, const char *key, void **value,
                            size_t *len) {
   GANG_CHECK(begin(c, Q_GET));
-  if (put_bytes(c, key, strlen(key)) < 0)
+  if (put_key(c, key) < 0)
     return OOM();
   GANG_CHECK(send_req(c, io_deadline()));
   return recv_value(c, value, len, io_deadline());
@@ -309,7 +317,7 @@ static gang_status torch_add(gang_store *st, const char *key, int64_t delta,
                              int64_t *new_value) {
   torch_client *c = impl_of(st);
   GANG_CHECK(begin(c, Q_ADD));
-  if (put_bytes(c, key, strlen(key)) < 0 || put_u64(c, (uint64_t)delta) < 0)
+  if (put_key(c, key) < 0 || put_u64(c, (uint64_t)delta) < 0)
     return OOM();
   GANG_CHECK(send_req(c, io_deadline()));
   uint64_t v;
@@ -324,7 +332,7 @@ static gang_status torch_compare_set(gang_store *st, const char *key,
                                      void **current, size_t *clen) {
   torch_client *c = impl_of(st);
   GANG_CHECK(begin(c, Q_COMPARE_SET));
-  if (put_bytes(c, key, strlen(key)) < 0 || put_bytes(c, expected, elen) < 0 ||
+  if (put_key(c, key) < 0 || put_bytes(c, expected, elen) < 0 ||
       put_bytes(c, desired, dlen) < 0)
     return OOM();
   GANG_CHECK(send_req(c, io_deadline()));
@@ -343,7 +351,7 @@ static gang_status torch_compare_set(gang_store *st, const char *key,
 static gang_status torch_del(gang_store *st, const char *key, bool *deleted) {
   torch_client *c = impl_of(st);
   GANG_CHECK(begin(c, Q_DELETE_KEY));
-  if (put_bytes(c, key, strlen(key)) < 0)
+  if (put_key(c, key) < 0)
     return OOM();
   GANG_CHECK(send_req(c, io_deadline()));
   uint64_t v;
