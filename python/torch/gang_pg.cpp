@@ -107,6 +107,9 @@ public:
   }
 
   void add(gang_work *w) { works_.push_back(w); }
+  // The process group owns the gang_t the works run on: it must outlive
+  // them, whatever order torch drops its references in.
+  c10::intrusive_ptr<c10d::ProcessGroup> pg;
   std::vector<at::Tensor> keep; // inputs and scratch the works read
   std::vector<void *> ptrs;     // pointer arrays the works read
   std::function<void()> then;
@@ -203,8 +206,13 @@ public:
     if (owned_)
       gang_destroy(g_);
     if (keep_) {
-      py::gil_scoped_acquire gil;
-      keep_ = py::object();
+      // After the interpreter is gone there is nothing to release.
+      if (Py_IsInitialized()) {
+        py::gil_scoped_acquire gil;
+        keep_ = py::object();
+      } else {
+        keep_.release();
+      }
     }
   }
 
@@ -452,7 +460,10 @@ public:
 private:
   c10::intrusive_ptr<GangWork> make(c10d::OpType type,
                                     std::vector<at::Tensor> outputs) {
-    return c10::make_intrusive<GangWork>(getRank(), type, std::move(outputs));
+    auto work =
+        c10::make_intrusive<GangWork>(getRank(), type, std::move(outputs));
+    work->pg = c10::intrusive_ptr<c10d::ProcessGroup>::reclaim_copy(this);
+    return work;
   }
 
   gang_t *g_;

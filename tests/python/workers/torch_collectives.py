@@ -103,5 +103,16 @@ t = torch.ones(2)
 dist.all_reduce(t)
 assert (t == n).all()
 dist.barrier()
+
+# Gang.as_process_group: a torch group over a gang's own connections
+import gang  # noqa: E402
+
+world = gang.get_world_gang()
+pg = world.as_process_group()
+assert world.supports_process_group and pg.size() == n and pg.rank() == r
+t = torch.full((3,), float(r))
+pg.allreduce([t]).wait()
+assert (t == n * (n - 1) / 2).all(), t
+del pg
 print("TORCH BACKEND OK")
 dist.destroy_process_group()
