@@ -124,6 +124,26 @@ assert gang.broadcast_object({"from": r}, n - 1) == {"from": n - 1}
 d = gang.all_reduce_dict({"loss": float(r), "v": np.arange(3.0) * r, "t": torch.ones(2) * r})
 tot = n * (n - 1) / 2
 assert d["loss"] == tot and np.allclose(d["v"], np.arange(3.0) * tot) and torch.allclose(d["t"], torch.full((2,), tot, dtype=torch.float64)), d
+du = gang.distributed_utils
+assert (du.get_rank(), du.get_world_size(), du.get_global_rank()) == (r, n, r)
+assert du.get_default_group() is root and du.is_master(type("cfg", (), {"distributed_rank": r})) == (r == 0)
+t = torch.full((2,), float(r))
+assert du.all_reduce(t, op="max") is t and (t == n - 1).all()
+t = torch.full((2,), float(r))
+du.broadcast(t, n - 1)
+assert (t == n - 1).all()
+try:
+    du.all_reduce(t, op="min")
+except NotImplementedError:
+    pass
+else:
+    raise AssertionError("fairseq's all_reduce takes only sum and max")
+try:
+    gang.all_gather_list(list(range(10000)), max_size=64)
+except ValueError as e:
+    assert "exceeds max_size (64)" in str(e)
+else:
+    raise AssertionError("max_size was not enforced")
 assert gang.broadcast_flag(root, r == 0) is True
 s = gang.all_sum(root, r)
 assert int(s) == tot and s.dtype == torch.int64
