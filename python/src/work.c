@@ -137,6 +137,21 @@ static PyObject *m_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
                          "thread is waiting on it)",
                          (long long)ms);
   }
+  if (!o->done && ms == 0) {
+    /* A zero timeout is a poll: gang_work_wait(w, 0) would time out and
+     * break the gang, gang_work_test does not. */
+    int done = 0;
+    gang_status st = gang_work_test(o->w, &done);
+    if (done)
+      complete(o, st);
+    PyThread_release_lock(o->lock);
+    if (!done)
+      return gpy_raise_fmt(GANG_TIMEOUT,
+                           "Work.wait(0): not complete yet (the gang is "
+                           "unaffected; is_completed() polls without "
+                           "raising)");
+    return result(o);
+  }
   if (!o->done) {
     gang_status st;
     int done = 0;
@@ -223,7 +238,8 @@ static void work_dealloc(gpy_work *o) {
 static PyMethodDef work_methods[] = {
     {"wait", (PyCFunction)(void (*)(void))m_wait, METH_FASTCALL | METH_KEYWORDS,
      "wait(timeout=None) -> True: blocks (GIL released) until the collective "
-     "completes; raises its error. Any thread."},
+     "completes; raises its error. Any thread. A timeout that passes breaks "
+     "the gang (as in the C library), except 0, which only polls."},
     {"is_completed", m_is_completed, METH_NOARGS,
      "is_completed() -> bool, without blocking."},
     {"exception", m_exception, METH_NOARGS,

@@ -93,6 +93,26 @@ for size in (1, 1 << 20):
     assert w.is_completed() and w.exception() is None
     assert (a == n * (n + 1) / 2).all()
 
+# wait(0) polls: on an unfinished work it raises GangTimeoutError and the
+# gang is unaffected. Rank 0 posts only after the others have polled (a
+# barrier on a second gang tells it), so their poll cannot find it done.
+side = root.create_gang(list(range(n)))
+a = np.ones(4)
+if r != 0:
+    w = root.all_reduce(a, async_op=True)
+    try:
+        w.wait(0)
+    except gang.GangTimeoutError as e:
+        assert "not complete" in str(e)
+    else:
+        raise AssertionError("wait(0) found a collective done before rank 0 joined")
+    side.barrier()
+else:
+    side.barrier()
+    w = root.all_reduce(a, async_op=True)
+assert w.wait(120) and (a == n).all()
+usable()
+
 # a work waited in another thread while this one computes
 a = np.full(1000, 1.0)
 w = root.all_reduce(a, async_op=True)
