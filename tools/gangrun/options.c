@@ -370,7 +370,9 @@ int gr_parse_options(int argc, char **argv, gr_options *o) {
   }
   if (o->replica_group >= 0) {
     o->replica_groups = 0;
-    o->master_port = 0; /* each group hosts a store of its own */
+    /* Each group hosts a store of its own on a free port and gives its
+     * workers a free MASTER_PORT apart from it (main.c). */
+    o->master_port = 0;
   }
   return 0;
 }
