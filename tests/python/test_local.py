@@ -127,3 +127,20 @@ def test_device():
 def test_world_info_single():
     info = gang.world_info()
     assert info["world_size"] >= 1 and "source" in info
+
+
+def test_build_tree_imports_only_gang():
+    """PYTHONPATH=<build>/python offers the package and nothing else a
+    program imports: a directory there named like a module (CMake's binary
+    directory of python/torch was one) would shadow it, and under an
+    interpreter without torch `import torch` would give an empty namespace
+    package instead of ImportError."""
+    import importlib.machinery
+    import pkgutil
+
+    from conftest import PYDIR
+
+    names = {m.name for m in pkgutil.iter_modules([PYDIR])}
+    assert names == {"gang"}, names
+    for name in ("torch", "numpy"):
+        assert importlib.machinery.PathFinder.find_spec(name, [PYDIR]) is None, name
