@@ -7,7 +7,9 @@
 set -eu
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
-cmake -S . -B build/demo -DCMAKE_BUILD_TYPE=Release -DGANG_BUILD_TESTS=OFF >/dev/null
+# Debian's python3, whose packages (numpy, torch) the Python package uses.
+cmake -S . -B build/demo -DCMAKE_BUILD_TYPE=Release -DGANG_BUILD_TESTS=OFF \
+  -DPython3_EXECUTABLE=/usr/bin/python3 >/dev/null
 cmake --build build/demo -j "$(nproc 2>/dev/null || echo 2)" >/dev/null
 exec build/demo/tools/gangrun/gangrun --nproc-per-node 4 \
   build/demo/examples/train_tp_dp "$@"

@@ -4,9 +4,13 @@
 #   scripts/install-deps.sh            build + test dependencies
 #   scripts/install-deps.sh --bench    also the peers measured by bench/compare
 set -eu
-need="cmake gcc make pkg-config libssl-dev libcmocka-dev"
+# The Python package (python/) is built for Debian's python3 and tested
+# with Debian's pytest; its torch backend needs torch's C++ headers
+# (libtorch-dev) and a C++ compiler.
+need="cmake gcc g++ make pkg-config libssl-dev libcmocka-dev
+  python3 python3-dev python3-numpy python3-torch libtorch-dev python3-pytest"
 if [ "${1:-}" = "--bench" ]; then
-  need="$need openmpi-bin libopenmpi-dev mpich libmpich-dev libgloo-dev python3-torch python3-numpy gnuplot-nox"
+  need="$need openmpi-bin libopenmpi-dev mpich libmpich-dev libgloo-dev gnuplot-nox python3-mpi4py"
 fi
 missing=""
 for p in $need; do

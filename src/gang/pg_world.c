@@ -177,7 +177,8 @@ gang_status gang_create_default(const gang_options *opts, gang_t **out) {
   gang_store_server *server = NULL;
   if (info.world_size > 1 && info.rank == 0 &&
       getenv("GANG_STORE_ADDR") == NULL && given == NULL &&
-      strncmp(base, "file://", 7) != 0) {
+      strncmp(base, "file://", 7) != 0 &&
+      strncmp(base, "torch://", 8) != 0) {
     if (info.master_port == 0)
       return gang__error(GANG_INVALID_ARGUMENT,
                          "%s: rank 0 must host the store but MASTER_PORT is "

@@ -410,8 +410,19 @@ static gang_status finish(const env *e, gang_world_info *w) {
         copy_str("GANG_STORE_ADDR", sa, w->store_addr, sizeof w->store_addr));
   } else if (w->store_addr[0] == '\0' && w->master_addr[0] != '\0' &&
              w->master_port > 0) {
-    gang__hostport_format(w->store_addr, sizeof w->store_addr, w->master_addr,
-                          w->master_port);
+    /* torchrun's agent holds MASTER_PORT with a torch TCPStore and says so
+     * with TORCHELASTIC_USE_AGENT_STORE (torch compares it with "True"):
+     * meet there, in torch's protocol (src/store/torch_client.c), rather
+     * than have rank 0 listen on a port that is taken. */
+    const char *agent = env_get(e, "TORCHELASTIC_USE_AGENT_STORE");
+    bool torch = agent != NULL && (strcmp(agent, "True") == 0 ||
+                                   strcmp(agent, "true") == 0 ||
+                                   strcmp(agent, "1") == 0);
+    size_t skip = torch ? strlen("torch://") : 0;
+    if (torch)
+      memcpy(w->store_addr, "torch://", skip);
+    gang__hostport_format(w->store_addr + skip, sizeof w->store_addr - skip,
+                          w->master_addr, w->master_port);
   }
   static const char *const run_ids[] = {"GANG_RUN_ID", "TORCHELASTIC_RUN_ID",
                                         "SLURM_JOB_ID"};

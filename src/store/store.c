@@ -43,8 +43,15 @@ gang_status gang_store_connect(const char *addr, const gang_store_options *opts,
   GANG_ARG_CHECK(out != NULL, "gang_store_connect", "out is NULL");
   if (strncmp(addr, "file://", 7) == 0)
     return gang_store_file_open(addr + 7, opts, out);
-  if (strncmp(addr, "tcp://", 6) == 0)
+  /* torch:// is a torch TCPStore (torchrun's agent store): its protocol,
+   * not ours (torch_client.c). */
+  const gang__store_ops *ops = &gang__store_tcp_ops;
+  if (strncmp(addr, "torch://", 8) == 0) {
+    ops = &gang__store_torch_ops;
+    addr += 8;
+  } else if (strncmp(addr, "tcp://", 6) == 0) {
     addr += 6;
+  }
   gang__hostport hp;
   const char *tail;
   gang_status s = gang__hostport_parse(addr, GANG__HOSTPORT_TAIL, &hp, &tail);
@@ -54,7 +61,7 @@ gang_status gang_store_connect(const char *addr, const gang_store_options *opts,
   const char *prefix = tail[0] == '/' && tail[1] != '\0' ? tail + 1 : NULL;
   gang__store_target at = {.host = hp.host, .port = hp.port};
   gang_store *st;
-  GANG_CHECK(store_open(&gang__store_tcp_ops, &at, opts, &st));
+  GANG_CHECK(store_open(ops, &at, opts, &st));
   if (prefix == NULL) {
     *out = st;
     return GANG_OK;

@@ -75,5 +75,6 @@ struct gang_store {
 /* The backends, one table each, defined in their own files. */
 extern const gang__store_ops gang__store_tcp_ops;  /* tcp_client.c */
 extern const gang__store_ops gang__store_file_ops; /* file_store.c */
+extern const gang__store_ops gang__store_torch_ops; /* torch_client.c */
 
 #endif

@@ -162,7 +162,9 @@ int main(int argc, char **argv) {
                                  "GANG_STORE_SECRET",
                                  "GANG_STORE_ADDR",
                                  "TORCHELASTIC_RUN_ID",
-                                 "OMP_NUM_THREADS"};
+                                 "OMP_NUM_THREADS",
+                                 "GANG_REPLICA_GROUP",
+                                 "GANG_LIGHTHOUSE"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
       const char *v = getenv(vars[i]);
       printf("ENV %s=%s\n", vars[i], v ? v : "(unset)");

@@ -550,6 +550,47 @@ static void test_run_id_restart(void **state) {
   assert_int_equal(w.restart_count, 3);
 }
 
+/* torchrun's agent holds MASTER_PORT with a torch TCPStore and says so:
+ * the store address is then in torch's protocol; GANG_STORE_ADDR (gangrun)
+ * still wins, and any other value of the variable changes nothing. */
+static void test_torchrun_agent_store(void **state) {
+  (void)state;
+  gang_world_info w = GANG_WORLD_INFO_INIT;
+  const char *e1[] = {"RANK=1",
+                      "WORLD_SIZE=2",
+                      "MASTER_ADDR=10.0.0.1",
+                      "MASTER_PORT=29500",
+                      "TORCHELASTIC_USE_AGENT_STORE=True",
+                      NULL};
+  assert_gang_ok(gang__world_info_from_envp(e1, &w));
+  assert_string_equal(w.store_addr, "torch://10.0.0.1:29500");
+  const char *e2[] = {"RANK=1",
+                      "WORLD_SIZE=2",
+                      "MASTER_ADDR=::1",
+                      "MASTER_PORT=29500",
+                      "TORCHELASTIC_USE_AGENT_STORE=True",
+                      NULL};
+  assert_gang_ok(gang__world_info_from_envp(e2, &w));
+  assert_string_equal(w.store_addr, "torch://[::1]:29500");
+  const char *e3[] = {"RANK=1",
+                      "WORLD_SIZE=2",
+                      "MASTER_ADDR=10.0.0.1",
+                      "MASTER_PORT=29500",
+                      "TORCHELASTIC_USE_AGENT_STORE=False",
+                      NULL};
+  assert_gang_ok(gang__world_info_from_envp(e3, &w));
+  assert_string_equal(w.store_addr, "10.0.0.1:29500");
+  const char *e4[] = {"RANK=1",
+                      "WORLD_SIZE=2",
+                      "MASTER_ADDR=10.0.0.1",
+                      "MASTER_PORT=29500",
+                      "TORCHELASTIC_USE_AGENT_STORE=True",
+                      "GANG_STORE_ADDR=10.0.0.1:30000",
+                      NULL};
+  assert_gang_ok(gang__world_info_from_envp(e4, &w));
+  assert_string_equal(w.store_addr, "10.0.0.1:30000");
+}
+
 /* The public entry point reads the real environment. */
 static void test_public_env(void **state) {
   (void)state;
@@ -718,7 +759,7 @@ int main(void) {
       GT_TEST(test_sources),      GT_TEST(test_errors),
       GT_TEST(test_struct_size),  GT_TEST(test_run_id_restart),
       GT_TEST(test_public_env),   GT_TEST(test_source_names),
-      GT_TEST(test_init_methods),
+      GT_TEST(test_init_methods), GT_TEST(test_torchrun_agent_store),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -139,6 +139,18 @@ static void must_not_contain(const char *out, const char *what) {
     fail_msg("output has '%s'; output:\n%s", what, out);
 }
 
+/* The value of "ENV NAME=" in the lines prefixed `who` ("rank0",
+ * "g1/rank0"). */
+static char *env_at(const char *out, const char *who, const char *name) {
+  char pat[128];
+  snprintf(pat, sizeof pat, "[%s]:ENV %s=", who, name);
+  const char *p = strstr(out, pat);
+  if (p == NULL)
+    fail_msg("no %s for %s in:\n%s", name, who, out);
+  p += strlen(pat);
+  return strndup(p, strcspn(p, "\n"));
+}
+
 /* The value of "ENV NAME=" in rank r's lines. */
 static char *env_of(const char *out, int rank, const char *name) {
   char pat[128];
@@ -162,9 +174,11 @@ static void test_env_seen(void **state) {
   assert_int_equal(strlen(secret0), 64);
   assert_int_equal(strspn(secret0, "0123456789abcdef"), 64);
   assert_true(atoi(port0) > 0);
-  char want_addr[64];
-  snprintf(want_addr, sizeof want_addr, "127.0.0.1:%s", port0);
-  assert_string_equal(addr0, want_addr);
+  /* The store has a port of its own: MASTER_PORT stays free for the
+   * TCPStore torch's rank 0 opens there. */
+  assert_true(strncmp(addr0, "127.0.0.1:", 10) == 0);
+  assert_true(atoi(addr0 + 10) > 0);
+  assert_int_not_equal(atoi(addr0 + 10), atoi(port0));
   for (int r = 0; r < 3; r++) {
     struct {
       const char *name;
@@ -233,7 +247,9 @@ static void test_env_seen(void **state) {
   must_contain(out, "[rank3]:ENV LOCAL_RANK=1\n");
   must_contain(out, "[rank2]:ENV WORLD_SIZE=4\n");
   must_contain(out, "[rank2]:ENV GROUP_RANK=1\n");
-  must_contain(out, "[rank2]:ENV GANG_STORE_ADDR=10.9.8.7:29999\n");
+  /* Across nodes the store is on master_port + 1, known to every node. */
+  must_contain(out, "[rank2]:ENV GANG_STORE_ADDR=10.9.8.7:30000\n");
+  must_contain(out, "[rank2]:ENV MASTER_PORT=29999\n");
   must_contain(out, "[rank2]:ENV GANG_RUN_ID=gangrun-10.9.8.7-29999\n");
   must_contain(out, "[rank3]:WORLD source=torchrun rank=3 size=4 local=1/2 "
                     "node=1/2");
@@ -538,6 +554,80 @@ static void test_store(void **state) {
   free(out);
 }
 
+static int port_of(const char *hostport) {
+  const char *c = strrchr(hostport, ':');
+  return c != NULL ? atoi(c + 1) : -1;
+}
+
+/* --replica-groups: every group is a gangrun of its own with
+ * master_port 0, so each hosts its store on a free port and hands its
+ * workers a MASTER_PORT of their own, apart from the store's and from the
+ * other groups' (torch programs in two groups each open a TCPStore
+ * there). The groups share the secret and the lighthouse. */
+static void test_replica_groups(void **state) {
+  (void)state;
+  char *out = NULL;
+  int st = run(&out, NULL, "--replica-groups", "2", "--nproc-per-node", "2",
+               GR_WORKER, "env", NULL);
+  if (exit_code(st) != 0)
+    fail_msg("exit %d:\n%s", exit_code(st), out);
+  char *addr[2], *port[2], *secret[2], *lh[2];
+  for (int g = 0; g < 2; g++) {
+    char who[32], want[32];
+    snprintf(who, sizeof who, "g%d/rank0", g);
+    addr[g] = env_at(out, who, "GANG_STORE_ADDR");
+    port[g] = env_at(out, who, "MASTER_PORT");
+    secret[g] = env_at(out, who, "GANG_STORE_SECRET");
+    lh[g] = env_at(out, who, "GANG_LIGHTHOUSE");
+    assert_true(port_of(addr[g]) > 0);
+    assert_true(atoi(port[g]) > 0);
+    assert_int_not_equal(port_of(addr[g]), atoi(port[g]));
+    assert_int_equal(strlen(secret[g]), 64);
+    assert_true(port_of(lh[g]) > 0);
+    /* Both ranks of the group see the same world. */
+    snprintf(who, sizeof who, "g%d/rank1", g);
+    const char *same[][2] = {{"GANG_STORE_ADDR", addr[g]},
+                             {"MASTER_PORT", port[g]},
+                             {"WORLD_SIZE", "2"}};
+    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) {
+      char *v = env_at(out, who, same[i][0]);
+      if (strcmp(v, same[i][1]) != 0)
+        fail_msg("%s: %s=%s, want %s", who, same[i][0], v, same[i][1]);
+      free(v);
+    }
+    char *grp = env_at(out, who, "GANG_REPLICA_GROUP");
+    snprintf(want, sizeof want, "%d", g);
+    assert_string_equal(grp, want);
+    free(grp);
+  }
+  assert_int_not_equal(port_of(addr[0]), port_of(addr[1]));
+  assert_int_not_equal(atoi(port[0]), atoi(port[1]));
+  assert_int_not_equal(port_of(addr[0]), atoi(port[1]));
+  assert_int_not_equal(port_of(addr[1]), atoi(port[0]));
+  assert_string_equal(secret[0], secret[1]);
+  assert_string_equal(lh[0], lh[1]);
+  for (int g = 0; g < 2; g++) {
+    free(addr[g]);
+    free(port[g]);
+    free(secret[g]);
+    free(lh[g]);
+  }
+  free(out);
+
+  /* Each group's workers meet in their own store. */
+  st = run(&out, NULL, "--replica-groups", "2", "--nproc-per-node", "2",
+           GR_WORKER, "store", NULL);
+  if (exit_code(st) != 0)
+    fail_msg("exit %d:\n%s", exit_code(st), out);
+  for (int g = 0; g < 2; g++)
+    for (int r = 0; r < 2; r++) {
+      char want[64];
+      snprintf(want, sizeof want, "[g%d/rank%d]:STORE OK size=2\n", g, r);
+      must_contain(out, want);
+    }
+  free(out);
+}
+
 static void test_bad_flags(void **state) {
   (void)state;
   struct {
@@ -611,7 +701,8 @@ int main(void) {
       "GANG_STANDALONE",         "GANG_RDZV_ENDPOINT",  "GANG_RDZV_ID",
       "GANG_MAX_RESTARTS",       "GANG_LOG_DIR",        "GANG_TEE",
       "GANG_LOCAL_RANKS_FILTER", "GANG_TERM_GRACE",     "GANG_NO_STORE",
-      "OMP_NUM_THREADS",         "GANG_DEBUG"};
+      "OMP_NUM_THREADS",         "GANG_DEBUG",          "GANG_REPLICA_GROUPS",
+      "GANG_REPLICA_GROUP",      "GANG_LIGHTHOUSE"};
   for (size_t i = 0; i < sizeof clear / sizeof clear[0]; i++)
     unsetenv(clear[i]);
   const struct CMUnitTest tests[] = {
@@ -619,7 +710,7 @@ int main(void) {
       GT_TEST(test_failure),           GT_TEST(test_term_grace),
       GT_TEST(test_signal_forwarding), GT_TEST(test_no_orphans_on_sigkill),
       GT_TEST(test_restarts),          GT_TEST(test_store),
-      GT_TEST(test_bad_flags),
+      GT_TEST(test_replica_groups),    GT_TEST(test_bad_flags),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   free(gangrun_path);

@@ -1,12 +1,19 @@
 /* gangrun: starts a group of workers the way torchrun does, hosts their
  * rendezvous store, and restarts the group when a worker fails.
  *
- * Node 0's gangrun runs the store server itself (on master_addr:master_port)
- * rather than leaving it to rank 0: the store then outlives any worker, so
- * a restarted group finds it again, and a worker crash cannot take the
- * rendezvous down with it. Workers learn where it is from GANG_STORE_ADDR
- * and prove they belong to the run with GANG_STORE_SECRET, which gangrun
- * generates fresh for a single-node run. docs/launcher.md is the manual. */
+ * Node 0's gangrun runs the store server itself rather than leaving it to
+ * rank 0: the store then outlives any worker, so a restarted group finds it
+ * again, and a worker crash cannot take the rendezvous down with it.
+ * Workers learn where it is from GANG_STORE_ADDR and prove they belong to
+ * the run with GANG_STORE_SECRET, which gangrun generates fresh for a
+ * single-node run.
+ *
+ * The store does not sit on MASTER_PORT: torch.distributed's env://
+ * rendezvous makes rank 0 listen there with its own TCPStore, so a torch
+ * program under gangrun needs the port free. The store takes a free port
+ * on a single node and master_port + 1 across nodes (every node must
+ * compute the same address without talking). docs/launcher.md is the
+ * manual. */
 #include <errno.h>
 #include <stdarg.h>
 #include <fcntl.h>
@@ -76,7 +83,7 @@ typedef struct run {
   const gr_options *o;
   const char *secret;
   char store_addr[300];
-  int port;
+  int port; /* MASTER_PORT: left free for torch's rank 0 */
 } run;
 
 /* The environment of local worker i in attempt `attempt`. NULL on OOM. */
@@ -173,9 +180,10 @@ static int random_hex(size_t bytes, char *out) {
   return 0;
 }
 
-/* --no-store with --master-port 0: find a free port the way torchrun does
- * (bind port 0, read it, close). Racy by nature; the store hosted by
- * gangrun itself does not need this. */
+/* --master-port 0: find a free port for MASTER_PORT the way torchrun does
+ * (bind port 0, read it, close). Racy by nature (another process may take
+ * it before torch's rank 0 does); the store hosted by gangrun itself binds
+ * port 0 directly and does not need this. */
 static int free_port(void) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0)
@@ -302,27 +310,42 @@ int main(int argc, char **argv) {
     snprintf(o.run_id + n, sizeof o.run_id - n, "-g%d", o.replica_group);
   }
 
+  /* --no-store: the program hosts its store on MASTER_PORT itself. */
+  int store_port = o.no_store ? o.master_port
+                   : o.nnodes > 1 ? o.master_port + 1
+                                  : 0;
+  if (!o.no_store && store_port > 65535) {
+    fprintf(stderr, "gangrun: the store takes --master-port + 1 with several "
+                    "nodes; %d is not a port\n",
+            store_port);
+    code = 2;
+    goto out;
+  }
   if (o.node_rank == 0 && !o.no_store) {
     gang_store_server_options so = GANG_STORE_SERVER_OPTIONS_INIT;
     so.host = o.master_addr;
-    so.port = o.master_port;
+    so.port = store_port;
     so.secret = secret;
     if (gang_store_server_start(&so, &srv) != GANG_OK) {
       fprintf(stderr, "gangrun: cannot host the store on %s:%d: %s\n",
-              o.master_addr, o.master_port, gang_last_error());
+              o.master_addr, store_port, gang_last_error());
       goto out;
     }
-    r.port = gang_store_server_port(srv);
-  } else if (r.port == 0) {
+    store_port = gang_store_server_port(srv);
+  }
+  /* After the store is listening, so the kernel cannot hand out its port. */
+  if (r.port == 0) {
     r.port = free_port();
     if (r.port < 0) {
       fprintf(stderr, "gangrun: cannot find a free port: %s\n",
               strerror(errno));
       goto out;
     }
+    if (o.no_store)
+      store_port = r.port;
   }
   if (gang__hostport_format(r.store_addr, sizeof r.store_addr, o.master_addr,
-                            r.port) < 0) {
+                            store_port) < 0) {
     fprintf(stderr, "gangrun: master address too long\n");
     goto out;
   }

@@ -80,15 +80,18 @@ void gr_usage(FILE *f) {
       "MASTER_ADDR, MASTER_PORT) plus GANG_STORE_ADDR, GANG_STORE_SECRET,\n"
       "GANG_RUN_ID, GANG_RESTART_COUNT and GANG_MAX_RESTARTS. Node 0 hosts "
       "the\n"
-      "store. Each flag can also be set by GANG_<FLAG> (GANG_NPROC_PER_NODE).\n"
+      "store on a port of its own (GANG_STORE_ADDR), leaving MASTER_PORT to\n"
+      "torch. Each flag can also be set by GANG_<FLAG> "
+      "(GANG_NPROC_PER_NODE).\n"
       "\n"
       "  --nproc-per-node N|auto  workers on this node (auto: one per CPU)\n"
       "  --nnodes N               number of nodes (default 1)\n"
       "  --node-rank R            this node's index (default 0)\n"
       "  --master-addr HOST       node 0's address (default 127.0.0.1)\n"
-      "  --master-port P          store port on node 0 (default 29500; 0 = "
-      "free)\n"
-      "  --standalone             one node, store on 127.0.0.1, free port\n"
+      "  --master-port P          MASTER_PORT (default 29500; 0 = free); "
+      "the\n"
+      "                           store is on P + 1 with several nodes\n"
+      "  --standalone             one node on 127.0.0.1, free ports\n"
       "  --rdzv-endpoint H[:P]    same as --master-addr H --master-port P\n"
       "  --rdzv-id ID, --run-id   run id (GANG_RUN_ID)\n"
       "  --max-restarts N         restart a failed group up to N times\n"
@@ -367,7 +370,9 @@ int gr_parse_options(int argc, char **argv, gr_options *o) {
   }
   if (o->replica_group >= 0) {
     o->replica_groups = 0;
-    o->master_port = 0; /* each group hosts a store of its own */
+    /* Each group hosts a store of its own on a free port and gives its
+     * workers a free MASTER_PORT apart from it (main.c). */
+    o->master_port = 0;
   }
   return 0;
 }

@@ -1,0 +1,102 @@
+/* The CPython extension gang._gang: what its files share.
+ *
+ * module.c   module init, the exception classes (one per gang_status under
+ *            GangError), world info, settings and version
+ * buffer.c   turning a Python object (buffer protocol, __array_interface__,
+ *            a torch CPU tensor) into a pointer, a count and a gang_dtype
+ * gang_obj.c the _Gang type: a gang_t handle with every collective
+ * work.c     the Work type: an async collective and the buffers it borrows
+ * topo.c     the topologies (gangs_*) and the device mesh (gang_mesh_*)
+ *
+ * The rule everywhere: validate and take every buffer with the GIL held,
+ * then release the GIL for the whole C call, so other Python threads run
+ * while a collective waits on its peers. */
+#ifndef GANG_PY_GANGMODULE_H
+#define GANG_PY_GANGMODULE_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "gang/env.h"
+#include "gang/gang.h"
+#include "gang/mesh.h"
+#include "gang/status.h"
+#include "gang/topology.h"
+
+/* ---- errors (module.c) -------------------------------------------------- */
+
+/* Raises the class of `st` with gang_last_error()'s detail (or `what` when
+ * the detail is empty) and returns NULL. */
+PyObject *gpy_raise(gang_status st, const char *what);
+/* Raises the class of `st` with a formatted message; returns NULL. */
+PyObject *gpy_raise_fmt(gang_status st, const char *fmt, ...);
+/* The exception class of a status (borrowed). */
+PyObject *gpy_error_class(gang_status st);
+
+/* ---- buffers (buffer.c) ------------------------------------------------- */
+
+typedef struct gpy_buf {
+  void *ptr;
+  size_t count;  /* elements */
+  size_t nbytes; /* count * element size */
+  gang_dtype dtype;
+  Py_buffer view; /* held while has_view: keeps the exporter's memory put */
+  int has_view;
+  PyObject *owner; /* strong reference to the object (tensor path) */
+} gpy_buf;
+
+#define GPY_BUF_READ 0
+#define GPY_BUF_WRITE 1
+
+/* Fills *b from obj: a C-contiguous buffer of a supported element type,
+ * writable when `mode` is GPY_BUF_WRITE. On failure raises
+ * InvalidArgumentError (or NotSupportedError for a non-CPU tensor) naming
+ * `arg`, and returns -1 with nothing held. */
+int gpy_buf_get(PyObject *obj, int mode, const char *arg, gpy_buf *b);
+/* Releases what gpy_buf_get took. Needs the GIL. Safe on a zeroed buf. */
+void gpy_buf_release(gpy_buf *b);
+/* gang_dtype of a numpy/torch dtype name ("float32", "torch.float32"),
+ * -1 if none. */
+int gpy_dtype_from_name(const char *name);
+
+/* ---- the gang type (gang_obj.c) ----------------------------------------- */
+
+typedef struct gpy_gang {
+  PyObject_HEAD gang_t *g;
+  int owned;       /* gang_destroy at close/dealloc */
+  PyObject *owner; /* keeps a borrowed handle's owner alive (topology) */
+  PyObject *weaklist;
+  PyObject *dict;
+} gpy_gang;
+
+extern PyTypeObject gpy_gang_type;
+extern PyTypeObject gpy_work_type;
+extern PyTypeObject gpy_topology_type;
+extern PyTypeObject gpy_mesh_type;
+
+/* A new object of `type` (a subclass of _Gang) for handle g. owned: the
+ * object destroys g; otherwise `owner` (may be NULL) is kept alive. */
+PyObject *gpy_gang_wrap(PyTypeObject *type, gang_t *g, int owned,
+                        PyObject *owner);
+/* The open handle of a _Gang, or NULL with InvalidUsageError set. */
+gang_t *gpy_gang_handle(PyObject *self);
+
+/* ---- works (work.c) ----------------------------------------------------- */
+
+/* A Work for `w` that owns the n buffers in bufs (moved: the caller's
+ * copies are zeroed) and keeps `gang` alive. On failure the buffers are
+ * released and the work is waited for and freed. */
+PyObject *gpy_work_new(PyObject *gang, gang_work *w, gpy_buf *bufs, int n,
+                       void *extra);
+
+/* ---- module-level functions of topo.c ------------------------------------ */
+
+extern PyMethodDef gpy_topo_methods[];
+int gpy_topo_init(PyObject *m);
+
+/* Parses a device (a str such as "cpu" / "cuda:1", or any object with
+ * .type and .index such as torch.device) into *d. -1 with an exception. */
+int gpy_device_parse(PyObject *obj, gang_device *d);
+PyObject *gpy_device_tuple(gang_device d);
+
+#endif

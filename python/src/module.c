@@ -1,0 +1,200 @@
+/* gang._gang: module initialisation and the exception classes.
+ *
+ * Every gang_status but OK has its own class, all under GangError, so a
+ * caller can catch what it can act on (a lost peer, a timeout) without
+ * parsing text. Each class also derives from the builtin exception that
+ * Python code already catches for that kind of failure (ValueError for a
+ * bad argument, TimeoutError, ConnectionError, MemoryError, OSError), which
+ * keeps fairseq2's contracts (ValueError on bad ranks) without a second
+ * hierarchy. The message is the library's detail text (gang_last_error),
+ * which names the operation, the peer and the numbers. */
+#include <stdarg.h>
+
+#include "gang/version.h"
+#include "gangmodule.h"
+
+typedef struct err_def {
+  gang_status status;
+  const char *name;
+  const char *doc;
+  PyObject **builtin; /* second base, or NULL */
+} err_def;
+
+static PyObject *gang_error; /* GangError */
+static PyObject *classes[GANG_NOT_FOUND + 1];
+
+static const err_def err_defs[] = {
+    {GANG_IN_PROGRESS, "InProgressError", "The operation has not finished.",
+     NULL},
+    {GANG_INVALID_ARGUMENT, "InvalidArgumentError",
+     "An argument is wrong (also a ValueError).", &PyExc_ValueError},
+    {GANG_INVALID_USAGE, "InvalidUsageError",
+     "The call is wrong in this state, or this process is not a member.",
+     &PyExc_RuntimeError},
+    {GANG_NOT_SUPPORTED, "NotSupportedError", "Not supported.",
+     &PyExc_NotImplementedError},
+    {GANG_TIMEOUT, "GangTimeoutError",
+     "A deadline passed (also a TimeoutError); the gang is broken.",
+     &PyExc_TimeoutError},
+    {GANG_PEER_LOST, "PeerLostError",
+     "A peer closed or reset its connection (also a ConnectionError).",
+     &PyExc_ConnectionError},
+    {GANG_ABORTED, "AbortedError", "The gang was aborted.", NULL},
+    {GANG_MISMATCH, "MismatchError",
+     "Ranks disagree on the operation or its arguments.", NULL},
+    {GANG_PROTOCOL, "ProtocolError", "Malformed or unexpected bytes.", NULL},
+    {GANG_AUTH, "AuthError", "Store authentication failed.", NULL},
+    {GANG_NO_MEMORY, "NoMemoryError",
+     "Out of memory or over a configured cap (also a MemoryError).",
+     &PyExc_MemoryError},
+    {GANG_SYSTEM, "GangSystemError", "A system call failed (also an OSError).",
+     &PyExc_OSError},
+    {GANG_INTERNAL, "InternalError", "An internal error.", NULL},
+    {GANG_NOT_FOUND, "NotFoundError", "Not found (also a LookupError).",
+     &PyExc_LookupError},
+};
+
+PyObject *gpy_error_class(gang_status st) {
+  if ((int)st > 0 && (size_t)st < sizeof classes / sizeof classes[0] &&
+      classes[st] != NULL)
+    return classes[st];
+  return gang_error;
+}
+
+static PyObject *raise_msg(gang_status st, PyObject *msg) {
+  if (msg == NULL)
+    return NULL;
+  PyObject *cls = gpy_error_class(st);
+  PyObject *exc = PyObject_CallOneArg(cls, msg);
+  if (exc != NULL) {
+    PyObject *code = PyLong_FromLong((long)st);
+    PyObject *name = PyUnicode_FromString(gang_status_name(st));
+    if (code == NULL || name == NULL ||
+        PyObject_SetAttrString(exc, "status", code) < 0 ||
+        PyObject_SetAttrString(exc, "status_name", name) < 0 ||
+        PyObject_SetAttrString(exc, "detail", msg) < 0) {
+      Py_XDECREF(code);
+      Py_XDECREF(name);
+      Py_DECREF(exc);
+      Py_DECREF(msg);
+      return NULL;
+    }
+    Py_DECREF(code);
+    Py_DECREF(name);
+    PyErr_SetObject(cls, exc);
+    Py_DECREF(exc);
+  }
+  Py_DECREF(msg);
+  return NULL;
+}
+
+PyObject *gpy_raise(gang_status st, const char *what) {
+  const char *detail = gang_last_error();
+  if (detail == NULL || detail[0] == '\0')
+    detail = what ? what : gang_strerror(st);
+  return raise_msg(st, PyUnicode_FromString(detail));
+}
+
+PyObject *gpy_raise_fmt(gang_status st, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  PyObject *msg = PyUnicode_FromFormatV(fmt, ap);
+  va_end(ap);
+  return raise_msg(st, msg);
+}
+
+/* ---- module functions ---------------------------------------------------- */
+
+static PyObject *py_world_info(PyObject *mod, PyObject *noargs) {
+  (void)mod;
+  (void)noargs;
+  gang_world_info info = GANG_WORLD_INFO_INIT;
+  gang_status st = gang_world_info_from_env(&info);
+  if (st != GANG_OK)
+    return gpy_raise(st, "gang_world_info_from_env");
+  return Py_BuildValue(
+      "{s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:s,s:i,s:s,s:s,s:s,s:i}", "source",
+      gang_world_source_name(info.source), "rank", info.rank, "world_size",
+      info.world_size, "local_rank", info.local_rank, "local_world_size",
+      info.local_world_size, "node_rank", info.node_rank, "num_nodes",
+      info.num_nodes, "master_addr", info.master_addr, "master_port",
+      info.master_port, "store_addr", info.store_addr, "init_method",
+      info.init_method, "run_id", info.run_id, "restart_count",
+      info.restart_count);
+}
+
+static PyObject *py_strerror(PyObject *mod, PyObject *arg) {
+  (void)mod;
+  long st = PyLong_AsLong(arg);
+  if (st == -1 && PyErr_Occurred())
+    return NULL;
+  return PyUnicode_FromString(gang_strerror((gang_status)st));
+}
+
+static PyObject *py_last_error(PyObject *mod, PyObject *noargs) {
+  (void)mod;
+  (void)noargs;
+  return PyUnicode_FromString(gang_last_error());
+}
+
+static PyMethodDef module_methods[] = {
+    {"world_info", py_world_info, METH_NOARGS,
+     "world_info() -> dict: gang_world_info_from_env()."},
+    {"strerror", py_strerror, METH_O, "strerror(status) -> str."},
+    {"last_error", py_last_error, METH_NOARGS,
+     "last_error() -> str: gang_last_error() of this thread."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    "gang._gang",
+    "The C extension under the gang package; use the package instead.",
+    -1,
+    module_methods,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
+};
+
+static int add_errors(PyObject *m) {
+  gang_error = PyErr_NewExceptionWithDoc(
+      "gang.GangError",
+      "Base of every error the gang library reports; .status, .status_name "
+      "and .detail say which and why.",
+      NULL, NULL);
+  if (gang_error == NULL || PyModule_AddObjectRef(m, "GangError", gang_error))
+    return -1;
+  for (size_t i = 0; i < sizeof err_defs / sizeof err_defs[0]; i++) {
+    const err_def *d = &err_defs[i];
+    char qual[96];
+    snprintf(qual, sizeof qual, "gang.%s", d->name);
+    PyObject *bases = d->builtin ? PyTuple_Pack(2, gang_error, *d->builtin)
+                                 : PyTuple_Pack(1, gang_error);
+    if (bases == NULL)
+      return -1;
+    PyObject *cls = PyErr_NewExceptionWithDoc(qual, d->doc, bases, NULL);
+    Py_DECREF(bases);
+    if (cls == NULL || PyModule_AddObjectRef(m, d->name, cls) < 0)
+      return -1;
+    classes[d->status] = cls;
+  }
+  return 0;
+}
+
+PyMODINIT_FUNC PyInit__gang(void) {
+  PyObject *m = PyModule_Create(&module_def);
+  if (m == NULL)
+    return NULL;
+  if (add_errors(m) < 0 || PyType_Ready(&gpy_gang_type) < 0 ||
+      PyType_Ready(&gpy_work_type) < 0 ||
+      PyModule_AddObjectRef(m, "_Gang", (PyObject *)&gpy_gang_type) < 0 ||
+      PyModule_AddObjectRef(m, "Work", (PyObject *)&gpy_work_type) < 0 ||
+      gpy_topo_init(m) < 0 ||
+      PyModule_AddStringConstant(m, "__version__", gang_version_string()) < 0) {
+    Py_DECREF(m);
+    return NULL;
+  }
+  return m;
+}

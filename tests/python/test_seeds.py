@@ -1,0 +1,66 @@
+"""The seed documents' examples (seeds/), changed only in their imports,
+under gangrun with 1, 2 and 4 ranks; where an example all_reduces over the
+world its result is compared with torch.distributed's Gloo on the same
+input."""
+
+import os
+
+import pytest
+
+from conftest import HERE, gangrun, rank_lines
+
+SEEDS = os.path.join(HERE, "seeds")
+TP8 = "ValueError:`tp_size` must be a factor of `root_gang.size` ({n}), but is 8 instead."
+
+# example -> (expectation per world size, compare with gloo over the world)
+CASES = {
+    "fairseq2_tp.py": (lambda n: TP8.format(n=n), False),
+    "fairseq2_simulated.py": (lambda n: "ok", True),
+    "fairseq2_init_pg.py": (lambda n: "ok", True),
+    "fairseq2_dp_tp.py": (lambda n: TP8.format(n=n), False),
+    "fairseq2_fsdp.py": (lambda n: "ok", False),
+    "fairseq2_hsdp.py": (
+        lambda n: "ok"
+        if n % 4 == 0
+        else f"ValueError:`intra_node_size` must be a factor of `gangs.dp.size` ({n}), but is 4 instead.",
+        False,
+    ),
+    "fairseq2_current_gangs.py": (lambda n: "ok", False),
+    "fairseq2_api_basic.py": (lambda n: "ok", False),
+    "fairseq2_api_distributed.py": (
+        lambda n: "ok" if n % 2 == 0 else f"ValueError:`tp_size` must be a factor of `root_gang.size` ({n}), but is 2 instead.",
+        False,
+    ),
+    "torch_device_mesh.py": (lambda n: "ok" if n == 8 else "ValueError:", False),
+}
+
+
+@pytest.mark.parametrize("nproc", [1, 2, 4])
+@pytest.mark.parametrize("example", sorted(CASES))
+def test_seed_example(example, nproc):
+    expect, compare = CASES[example]
+    args = [os.path.join(SEEDS, example), "--expect", expect(nproc)]
+    if compare:
+        args.append("--compare-world")
+    out = gangrun(nproc, os.path.join(SEEDS, "run_seed.py"), *args)
+    for r in range(nproc):
+        assert f"SEED OK {example}" in rank_lines(out, r), out
+
+
+def test_device_mesh_example_on_8_ranks():
+    """The DeviceMesh example is written for 8 devices: it runs there."""
+    out = gangrun(8, os.path.join(SEEDS, "run_seed.py"), os.path.join(SEEDS, "torch_device_mesh.py"), "--expect", "ok")
+    for r in range(8):
+        assert "SEED OK torch_device_mesh.py" in rank_lines(out, r), out
+
+
+def test_fairseq2_api_basic_output():
+    out = gangrun(1, os.path.join(SEEDS, "run_seed.py"), os.path.join(SEEDS, "fairseq2_api_basic.py"))
+    assert "[rank0]:Root gang size: 1" in out and "[rank0]:Data parallel gang size: 1" in out, out
+
+
+def test_tp2_example_prints_layout():
+    out = gangrun(4, os.path.join(SEEDS, "run_seed.py"), os.path.join(SEEDS, "fairseq2_api_distributed.py"))
+    for r in range(4):
+        lines = rank_lines(out, r)
+        assert f"Process rank: {r}" in lines and "World size: 4" in lines and "TP gang size: 2" in lines, out
