@@ -4,7 +4,9 @@
  *
  * Two threads: the main one reads POSTs and posts them at once (so the
  * child never holds back a send that a peer's receive waits for), the
- * other waits for the works in order and sends each DONE. The child waits
+ * other waits for the works in order and sends each DONE; a work already
+ * done when posted, with none queued before it, is answered by the main
+ * thread, which saves a wake-up on small calls. The child waits
  * without deadlines: the parent owns them, and kills a child that misses
  * one. The parent's end closing (it finished with us, or died) is the way
  * out, and so is the parent's death seen through a pidfd: a process the
@@ -136,6 +138,21 @@ static gang_status create(baby *b, const baby_hello *h, char *detail) {
 
 /* ---- Running works ------------------------------------------------------ */
 
+/* Sends the DONE of a finished entry and frees its work. */
+static void answer(baby *b, entry *e, gang_status st) {
+  if (st != GANG_OK && e->w != NULL)
+    snprintf(e->detail, sizeof e->detail, "%s", gang_last_error());
+  /* Counted before the DONE goes: a parent that has every answer and
+   * leaves must find us idle, or we would abort a gang whose peers may
+   * still be finishing the last collective. */
+  pthread_mutex_lock(&b->mu);
+  b->finished++;
+  pthread_mutex_unlock(&b->mu);
+  reply(b->sock, BABY_DONE, e->seq, st, st == GANG_OK ? "" : e->detail);
+  gang_work_free(e->w);
+  e->w = NULL;
+}
+
 static void *completer(void *arg) {
   baby *b = arg;
   for (;;) {
@@ -146,20 +163,7 @@ static void *completer(void *arg) {
     pthread_mutex_unlock(&b->mu);
     if (e == NULL)
       return NULL;
-    gang_status st = e->st;
-    if (e->w != NULL) {
-      st = gang_work_wait(e->w, -1);
-      if (st != GANG_OK)
-        snprintf(e->detail, sizeof e->detail, "%s", gang_last_error());
-    }
-    /* Counted before the DONE goes: a parent that has every answer and
-     * leaves must find us idle, or we would abort a gang whose peers may
-     * still be finishing the last collective. */
-    pthread_mutex_lock(&b->mu);
-    b->finished++;
-    pthread_mutex_unlock(&b->mu);
-    reply(b->sock, BABY_DONE, e->seq, st, st == GANG_OK ? "" : e->detail);
-    gang_work_free(e->w);
+    answer(b, e, e->w != NULL ? gang_work_wait(e->w, -1) : e->st);
     pthread_mutex_lock(&b->mu);
     TAILQ_REMOVE(&b->queue, e, link);
     pthread_mutex_unlock(&b->mu);
@@ -287,8 +291,20 @@ static void post(baby *b, const baby_post *p) {
   if (e->st != GANG_OK)
     snprintf(e->detail, sizeof e->detail, "%s", gang_last_error());
   pthread_mutex_lock(&b->mu);
-  TAILQ_INSERT_TAIL(&b->queue, e, link);
   b->posted++;
+  bool alone = TAILQ_EMPTY(&b->queue);
+  pthread_mutex_unlock(&b->mu);
+  /* A work that is already done with nothing before it is answered here:
+   * handing it to the other thread measured 10 us of a 30 us round trip. */
+  int done = e->w == NULL;
+  gang_status st = e->w != NULL ? gang_work_test(e->w, &done) : e->st;
+  if (alone && done) {
+    answer(b, e, st);
+    free(e);
+    return;
+  }
+  pthread_mutex_lock(&b->mu);
+  TAILQ_INSERT_TAIL(&b->queue, e, link);
   pthread_cond_signal(&b->cv);
   pthread_mutex_unlock(&b->mu);
 }
