@@ -404,9 +404,11 @@ int gang__baby_child_main(int argc, char **argv) {
   if (b.map != NULL)
     munmap(b.map, b.len);
   close(b.memfd);
-  close(b.sock);
   if (b.parent >= 0)
     close(b.parent);
+  /* b.sock stays open: the parent takes its closing for our exit and then
+   * reaps us (with a SIGKILL, in case), so it must close with the process
+   * itself, after whatever exit still runs (a sanitizer's leak check). */
   pthread_cond_destroy(&b.cv);
   pthread_mutex_destroy(&b.mu);
   return st == GANG_OK ? 0 : 1;

@@ -221,17 +221,23 @@ static void reap(baby_proc *p) {
 }
 
 void gang__baby_kill(baby_proc *p) {
-  if (p->sock >= 0)
-    shutdown(p->sock, SHUT_RDWR);
-  if (p->pid > 0 && !p->reaped) {
+  bool alive = p->pid > 0 && !p->reaped;
+  if (alive) {
 #ifdef SYS_pidfd_send_signal
     if (p->pidfd >= 0)
       (void)syscall(SYS_pidfd_send_signal, p->pidfd, SIGKILL, NULL, 0);
     else
 #endif
       kill(p->pid, SIGKILL);
-    reap(p);
   }
+  /* After the signal: a child that saw its stream end first would start
+   * leaving by itself and be killed halfway (a sanitizer's leak check at
+   * exit then leaves its helper process behind). The shutdown is for
+   * threads of ours polling the socket. */
+  if (p->sock >= 0)
+    shutdown(p->sock, SHUT_RDWR);
+  if (alive)
+    reap(p);
 }
 
 void gang__baby_stop(baby_proc *p, int64_t deadline) {
