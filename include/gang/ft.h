@@ -138,9 +138,12 @@ typedef struct gang_manager gang_manager;
 
 typedef struct gang_manager_options {
   size_t size;            /* sizeof(gang_manager_options) */
-  const char *lighthouse; /* "host:port" of the lighthouse (required) */
-  const char *name;       /* replica group name; the replica id is this plus
-                             a random suffix, new for every process */
+  const char *lighthouse; /* "host:port" of the lighthouse (NULL:
+                             GANG_LIGHTHOUSE, which gangrun
+                             --replica-groups sets) */
+  const char *name;       /* replica group name (NULL: GANG_RUN_ID, else
+                             "replica"); the replica id is this plus a
+                             random suffix, new for every process */
   gang_t *group;          /* this replica group's gang (borrowed; NULL: a
                              group of one): the manager makes a sub-gang of
                              it for its own votes, collective over it */
@@ -226,6 +229,20 @@ GANG_API const char *gang_manager_replica_id(const gang_manager *m);
  * goes through the manager (torchft's ManagedProcessGroup); its other
  * collectives go to the replica gang. Owned by the manager. */
 GANG_API gang_t *gang_manager_gang(gang_manager *m);
+
+/* What the last quorum cost (torchft's per-step timings), for logs and
+ * dashboards. Times in ms, 0 for a phase that did not happen. */
+typedef struct gang_manager_timings {
+  double quorum_ms;    /* the lighthouse's answer, shared with the group */
+  double configure_ms; /* the replica gang rebuilt (a changed quorum) */
+  double heal_ms;      /* the state sent or received */
+  int64_t heal_bytes;  /* bytes of state received (> 0) or sent (< 0) */
+  int64_t error_ns;    /* CLOCK_MONOTONIC when this step's first error was
+                          recorded (0: none) */
+} gang_manager_timings;
+
+GANG_API void gang_manager_last_timings(const gang_manager *m,
+                                        gang_manager_timings *out);
 
 #ifdef __cplusplus
 }

@@ -44,6 +44,14 @@ typedef struct gang__lh_member {
   int world_size;                  /* ranks in the group */
   bool shrink_only;
   int64_t commit_failures; /* consecutive failed commits */
+  /* The quorum id its last step was committed in, under this lighthouse
+   * incarnation (0: none, or under an earlier one). Two replicas at one
+   * step that committed it in different quorums hold different states: a
+   * replica stopped after its all_reduce commits in the old quorum while
+   * the survivors, told of its death, redo the step in a new one. The
+   * newer commit is the one that went on; the others heal from it. The
+   * field is optional in records (0 when absent). */
+  int64_t commit_quorum;
 } gang__lh_member;
 
 /* A quorum (torchft's Quorum): members sorted by replica_id. */
@@ -93,12 +101,16 @@ typedef struct gang__lh_replica {
  *     its members stay;
  *  3. fast quorum: every previous member is a healthy candidate: done, with
  *     any newcomers (min_replicas and the join timeout are skipped);
- *  4. fewer candidates than min_replicas: wait;
- *  5. split-brain guard: candidates <= healthy heartbeating / 2: wait;
+ *  4. fewer healthy joined replicas than min_replicas: wait;
+ *  5. split-brain guard: healthy joined <= healthy heartbeating / 2: wait;
+ *     (4 and 5 count before step 2's filter, as torchft does: a shrink_only
+ *     quorum may then be smaller than min_replicas, but newcomers it keeps
+ *     out cannot hold it up for ever)
  *  6. a healthy replica has not joined and the earliest join is younger
  *     than the join timeout: wait for it;
  *  7. done.
- * On a quorum, *members (malloc'd, sorted by id, *n of them) and true;
+ * reps' ids are unique; prev's members are sorted by id, as every quorum
+ * is. On a quorum, *members (malloc'd, sorted by id, *n of them) and true;
  * otherwise false and *why says what it waits for (for the status page). */
 bool gang__lh_compute(const gang__lh_config *cfg, const gang__lh_replica *reps,
                       int nreps, const gang__lh_quorum *prev, int64_t now_ms,
@@ -131,8 +143,8 @@ gang_status gang__lh_heartbeat(gang__lh_client *c, const char *id);
 /* Joins the current round as `me` (also a heartbeat) and waits up to
  * timeout_ms for a quorum that includes it; a round whose quorum left it
  * out is joined again. *out receives the quorum (gang__lh_quorum_fini). */
-gang_status gang__lh_quorum(gang__lh_client *c, const gang__lh_member *me,
-                            int64_t timeout_ms, gang__lh_quorum *out);
+gang_status gang__lh_join(gang__lh_client *c, const gang__lh_member *me,
+                          int64_t timeout_ms, gang__lh_quorum *out);
 
 /* Waits up to timeout_ms for failure notice *cursor (0 first); on one,
  * copies the dead replica's id to id[0..cap), advances *cursor and returns

@@ -22,6 +22,15 @@ size_t gang__fabric_peer_piece(const gang__fabric *f, int peer) {
                                                         : 0;
 }
 
+bool gang__fabric_peer_left(gang__fabric *f, int peer) {
+  if (peer < 0 || peer >= f->size || peer == f->rank)
+    return false;
+  pthread_mutex_lock(&f->mu);
+  bool left = f->conns[peer].bye && f->conns[peer].dead;
+  pthread_mutex_unlock(&f->mu);
+  return left;
+}
+
 int gang__fabric_peer_fd(const gang__fabric *f, int peer) {
   if (peer < 0 || peer >= f->size || peer == f->rank)
     return -1;

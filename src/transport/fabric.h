@@ -142,6 +142,10 @@ void gang__fabric_destroy(gang__fabric *f);
  * send). -1 if there is none. */
 int gang__fabric_peer_fd(const gang__fabric *f, int peer);
 
+/* Whether `peer` left: it said goodbye (destroyed its gang) and its end
+ * of the connection is closed. Any thread. */
+bool gang__fabric_peer_left(gang__fabric *f, int peer);
+
 /* The pacing piece of exchanges with `peer` (0: unpaced; for tests). */
 size_t gang__fabric_peer_piece(const gang__fabric *f, int peer);
 

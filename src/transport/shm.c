@@ -349,6 +349,11 @@ gang_status gang__shm_wait_slow(gang__shm_chan *c, int member, uint64_t seq) {
         gang_status st = gang__fabric_status(c->fabric, d, sizeof d);
         return wait_error(c, st, member, seq, d);
       }
+      /* A member that destroyed its gang said goodbye: the fabric only
+       * fails transfers with it, and there is none here. */
+      if (gang__fabric_peer_left(c->fabric, c->world[member]))
+        return wait_error(c, GANG_PEER_LOST, member, seq,
+                          "it left (destroyed its gang) before this step");
     }
     if (c->deadline != GANG_DEADLINE_NONE && now >= c->deadline)
       return wait_error(c, GANG_TIMEOUT, member, seq, "deadline exceeded");

@@ -127,6 +127,7 @@ typedef struct gang__shm_chan {
   gang__shm_ctl **ctl;     /* [size]: each member's control page */
   unsigned char **stage;   /* [size]: each member's staging (2 * chunk) */
   pid_t *pid;              /* [size]: each member's process */
+  int *world;              /* [size]: each member's world (fabric) rank */
   gang__fabric *fabric;    /* watched while sleeping */
   int64_t deadline;        /* of the running collective */
   int64_t next_poke;       /* when a sleeping wait next pokes the fabric */

@@ -596,13 +596,16 @@ gang_status gang__shm_chan_attach(gang__shm *s, uint64_t ctx, const int *world,
   gang__shm_ctl **ctl = calloc((size_t)n, sizeof *ctl);
   unsigned char **stage = calloc((size_t)n, sizeof *stage);
   pid_t *pid = calloc((size_t)n, sizeof *pid);
-  if (c == NULL || ctl == NULL || stage == NULL || pid == NULL) {
+  int *wr = malloc((size_t)n * sizeof *wr);
+  if (c == NULL || ctl == NULL || stage == NULL || pid == NULL || wr == NULL) {
     free(c);
     free(ctl);
     free(stage);
     free(pid);
+    free(wr);
     return gang__error(GANG_NO_MEMORY, "shm: out of memory");
   }
+  memcpy(wr, world, (size_t)n * sizeof *wr);
   int slot = -1;
   gang_status st = dir_attach(s, key, n, &slot);
   if (st != GANG_OK) {
@@ -610,6 +613,7 @@ gang_status gang__shm_chan_attach(gang__shm *s, uint64_t ctx, const int *world,
     free(ctl);
     free(stage);
     free(pid);
+    free(wr);
     return st;
   }
   unsigned char *b = gang__shm_chan_base(s, slot);
@@ -630,6 +634,7 @@ gang_status gang__shm_chan_attach(gang__shm *s, uint64_t ctx, const int *world,
                         .ctl = ctl,
                         .stage = stage,
                         .pid = pid,
+                        .world = wr,
                         .fabric = s->fabric,
                         .deadline = GANG_DEADLINE_NONE};
   /* Start from where the channel is: a fresh claim is at 0. */
@@ -650,6 +655,7 @@ void gang__shm_chan_detach(gang__shm_chan *c) {
   free(c->ctl);
   free(c->stage);
   free(c->pid);
+  free(c->world);
   free(c->scratch);
   free(c);
 }

@@ -26,4 +26,24 @@ void sc_expect_val(gang_store *st, const char *key, const char *want);
  * against the first test that starts one; call this before the tests. */
 void sc_prime_threads(void);
 
+/* Hostile input over raw sockets, for any server that speaks the store
+ * protocol without authentication on 127.0.0.1:`port` (the store server,
+ * the lighthouse): a raw connection past the hello, and a check that
+ * `good` still sets and gets "good/<i>". */
+int sc_ready_conn(int port);
+void sc_still_serving(gang_store *good, int i);
+
+/* Wrong magic, unknown opcodes, bad and oversize lengths, truncated
+ * frames, keys and values over the caps (key cap 8 KiB, value cap
+ * `max_value`), too many keys, a hundred peers promising frames they never
+ * send: each bad connection is closed alone and `good` keeps working.
+ * Returns how many keys it set through `good` ("good/<i>"); nothing a bad
+ * connection sent reaches the store. */
+int sc_hostile_frames(int port, size_t max_value, gang_store *good);
+
+/* A reader that pipelines 200 gets of a 256 KiB value ("big", set through
+ * `good`) and never reads, and 300 peers stuck one byte into a frame,
+ * while `good` keeps working. */
+void sc_hostile_slow(int port, gang_store *good);
+
 #endif

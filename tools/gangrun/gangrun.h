@@ -14,6 +14,7 @@
 
 #define GR_MAX_NPROC 1024
 #define GR_EXIT_USAGE 2
+#define GR_MAX_GROUPS 256
 
 typedef struct gr_options {
   int nproc;
@@ -29,7 +30,10 @@ typedef struct gr_options {
   int64_t term_grace_ms;
   char run_id[128];
   bool no_store;
-  char **argv; /* program and its arguments */
+  int replica_groups; /* --replica-groups (0: one ordinary group) */
+  int replica_group;  /* this group's index when a parent gangrun runs
+                         several (GANG_REPLICA_GROUP), else -1 */
+  char **argv;        /* program and its arguments */
 } gr_options;
 
 /* Parses argv and GANG_<FLAG> variables. Returns 0, or GR_EXIT_USAGE after
@@ -63,6 +67,11 @@ typedef struct gr_group_result {
  * error (message printed; every worker stopped). */
 int gr_run_group(const gr_options *o, int attempt, const char *path,
                  char **const envs[], int sigfd, gr_group_result *res);
+
+/* Runs o->replica_groups copies of this gangrun, one per replica group,
+ * under a lighthouse it hosts (unless GANG_LIGHTHOUSE names one), and waits
+ * for them all (groups.c). Returns the exit status. */
+int gr_run_replica_groups(const gr_options *o, char **argv, int sigfd);
 
 /* "SIGTERM"-style name. */
 const char *gr_signal_name(int sig);

@@ -48,6 +48,7 @@ static const char *const owned[] = {
     "TORCHELASTIC_RUN_ID",
     "TORCHELASTIC_RESTART_COUNT",
     "TORCHELASTIC_MAX_RESTARTS",
+    "GANG_REPLICA_GROUP",
 };
 #define NOWNED (sizeof owned / sizeof owned[0])
 
@@ -114,6 +115,7 @@ static char **worker_env(const run *r, int i, int attempt) {
   env[k++] = fmt("TORCHELASTIC_RUN_ID=%s", o->run_id);
   env[k++] = fmt("TORCHELASTIC_RESTART_COUNT=%d", attempt);
   env[k++] = fmt("TORCHELASTIC_MAX_RESTARTS=%d", o->max_restarts);
+  env[k++] = fmt("GANG_REPLICA_GROUP=%d", o->replica_group);
   /* torchrun's default: N workers each using every core oversubscribe. */
   if (!omp && o->nproc > 1)
     env[k++] = fmt("OMP_NUM_THREADS=1");
@@ -287,6 +289,17 @@ int main(int argc, char **argv) {
     else /* the same on every node without coordination */
       snprintf(o.run_id, sizeof o.run_id, "gangrun-%.100s-%d", o.master_addr,
                o.master_port);
+  }
+  if (o.replica_groups > 0) {
+    /* The parent of the groups: each group is a gangrun of its own. */
+    setenv("GANG_STORE_SECRET", secret, 1); /* one for the whole run */
+    setenv("GANG_RDZV_ID", o.run_id, 1);
+    code = gr_run_replica_groups(&o, argv, sigfd);
+    goto out;
+  }
+  if (o.replica_group >= 0) {
+    size_t n = strlen(o.run_id);
+    snprintf(o.run_id + n, sizeof o.run_id - n, "-g%d", o.replica_group);
   }
 
   if (o.node_rank == 0 && !o.no_store) {

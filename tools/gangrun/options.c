@@ -33,6 +33,7 @@ enum {
   F_FILTER,
   F_TERM_GRACE,
   F_NO_STORE,
+  F_REPLICA_GROUPS,
   F_COUNT
 };
 
@@ -58,6 +59,8 @@ static const struct flag {
                   false},
     [F_TERM_GRACE] = {"term-grace", NULL, GANG_SETTING_TERM_GRACE, false},
     [F_NO_STORE] = {"no-store", NULL, GANG_SETTING_NO_STORE, true},
+    [F_REPLICA_GROUPS] = {"replica-groups", NULL, GANG_SETTING_REPLICA_GROUPS,
+                          false},
 };
 
 /* Where a value came from, for messages: "--nnodes" or "GANG_NNODES". */
@@ -95,6 +98,9 @@ void gr_usage(FILE *f) {
       "  --local-ranks-filter L   show only these local ranks (e.g. 0,3)\n"
       "  --term-grace DURATION    SIGTERM-to-SIGKILL grace (default 10s)\n"
       "  --no-store               do not host the store\n"
+      "  --replica-groups R       R replica groups of --nproc-per-node\n"
+      "                           workers, each restarted on its own, under\n"
+      "                           a lighthouse (fault tolerance, gang/ft.h)\n"
       "  -h, --help               this help\n"
       "\n"
       "Exit status: 0 if every worker succeeded; the failing worker's status\n"
@@ -343,6 +349,26 @@ int gr_parse_options(int argc, char **argv, gr_options *o) {
   strcpy(o->run_id, rid);
   if (parse_filter(&vals[F_FILTER], o))
     return GR_EXIT_USAGE;
+  if (parse_long(&vals[F_REPLICA_GROUPS], 0, GR_MAX_GROUPS, &x))
+    return GR_EXIT_USAGE;
+  o->replica_groups = (int)x;
+  if (o->replica_groups > 0 && o->nnodes > 1)
+    return usage_error("%s runs every group on this node: it does not go "
+                       "with --nnodes > 1%s",
+                       vals[F_REPLICA_GROUPS].origin, "");
+  /* One group of a --replica-groups run: gangrun started us. */
+  const char *grp = getenv("GANG_REPLICA_GROUP");
+  o->replica_group = -1;
+  if (grp != NULL && grp[0] != '\0') {
+    value v = {grp, "GANG_REPLICA_GROUP", true};
+    if (parse_long(&v, -1, GR_MAX_GROUPS - 1, &x))
+      return GR_EXIT_USAGE;
+    o->replica_group = (int)x;
+  }
+  if (o->replica_group >= 0) {
+    o->replica_groups = 0;
+    o->master_port = 0; /* each group hosts a store of its own */
+  }
   return 0;
 }
 

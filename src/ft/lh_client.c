@@ -1,0 +1,304 @@
+/* The client a manager speaks to the lighthouse with (lighthouse.h): one
+ * store connection and the key schema, nothing else. Heartbeats are adds
+ * on a counter; a quorum is a join record written under the current round
+ * and a wait for that round's quorum record; failure notices are numbered
+ * keys waited for in turn.
+ *
+ * Waits go in slices of at most a second, so that a wait for a round
+ * whose quorum has been collected (the lighthouse deletes old rounds)
+ * moves on to the current round instead of sitting out its deadline, and
+ * so that the replica keeps heartbeating while it waits. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/clock.h"
+#include "core/error.h"
+#include "core/hostport.h"
+#include "core/sock.h"
+#include "gang/store.h"
+#include "lh_impl.h"
+
+#define SLICE_MS 1000
+
+struct gang__lh_client {
+  gang_store *st;
+  char addr[GANG_SOCK_PEER_CAP];
+  uint64_t incarnation;
+  int64_t timeout_ms;
+  char registered[GANG_LH_ID_MAX]; /* the id this client put in lh/ids */
+};
+
+/* A get that waits at most timeout_ms (0: not at all); the handle's
+ * deadline is the client's again afterwards. */
+static gang_status get_within(gang__lh_client *c, const char *key,
+                              int64_t timeout_ms, void **v, size_t *n) {
+  gang_store_set_timeout(c->st, timeout_ms < 0 ? 0 : timeout_ms);
+  gang_status s = gang_store_get(c->st, key, v, n);
+  gang_store_set_timeout(c->st, c->timeout_ms);
+  return s;
+}
+
+static gang_status parse_incarnation(const char *v, size_t n, uint64_t *out) {
+  if (n != 16)
+    return GANG_PROTOCOL;
+  uint64_t x = 0;
+  for (size_t i = 0; i < n; i++) {
+    char ch = v[i];
+    int d = ch >= '0' && ch <= '9'   ? ch - '0'
+            : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
+                                     : -1;
+    if (d < 0)
+      return GANG_PROTOCOL;
+    x = x << 4 | (uint64_t)d;
+  }
+  *out = x;
+  return GANG_OK;
+}
+
+gang_status gang__lh_connect(const char *addr, int64_t timeout_ms,
+                             gang__lh_client **out) {
+  GANG_ARG_CHECK(addr != NULL, "gang__lh_connect", "addr is NULL");
+  GANG_ARG_CHECK(out != NULL, "gang__lh_connect", "out is NULL");
+  GANG_ARG_CHECK(timeout_ms > 0, "gang__lh_connect",
+                 "timeout_ms %" PRId64 " is not positive", timeout_ms);
+  gang__hostport hp;
+  gang_status s = gang__hostport_parse(addr, 0, &hp, NULL);
+  if (s != GANG_OK)
+    return gang__error_wrap(s, "gang__lh_connect: lighthouse address '%s'",
+                            addr);
+  gang__lh_client *c = calloc(1, sizeof *c);
+  if (c == NULL)
+    return gang__error(GANG_NO_MEMORY, "gang__lh_connect: no memory");
+  gang__sock_peer_name(hp.host, hp.port, c->addr, sizeof c->addr);
+  c->timeout_ms = timeout_ms;
+  gang_store_options so = GANG_STORE_OPTIONS_INIT;
+  so.timeout_ms = timeout_ms;
+  so.connect_timeout_ms = timeout_ms;
+  s = gang_store_connect(c->addr, &so, &c->st);
+  if (s != GANG_OK) {
+    free(c);
+    return gang__error_wrap(s, "lighthouse %s", addr);
+  }
+  void *v = NULL;
+  size_t n = 0;
+  s = gang_store_get(c->st, GANG__LH_KEY_INCARNATION, &v, &n);
+  if (s == GANG_TIMEOUT)
+    s = gang__error_wrap(s, "lighthouse %s: is it a lighthouse?", c->addr);
+  else if (s == GANG_OK && parse_incarnation(v, n, &c->incarnation) != GANG_OK)
+    s = gang__error(GANG_PROTOCOL,
+                    "lighthouse %s: lh/incarnation is not 16 hex digits: is "
+                    "it a lighthouse?",
+                    c->addr);
+  else if (s != GANG_OK)
+    s = gang__error_wrap(s, "lighthouse %s", c->addr);
+  gang_store_free(v);
+  if (s != GANG_OK) {
+    gang__lh_close(c);
+    return s;
+  }
+  *out = c;
+  return GANG_OK;
+}
+
+void gang__lh_close(gang__lh_client *c) {
+  if (c == NULL)
+    return;
+  gang_store_close(c->st);
+  free(c);
+}
+
+uint64_t gang__lh_incarnation(const gang__lh_client *c) {
+  return c ? c->incarnation : 0;
+}
+
+const char *gang__lh_addr(const gang__lh_client *c) { return c ? c->addr : ""; }
+
+gang_status gang__lh_heartbeat(gang__lh_client *c, const char *id) {
+  GANG_ARG_CHECK(c != NULL, "gang__lh_heartbeat", "client is NULL");
+  GANG_ARG_CHECK(id != NULL && gang__lh_id_valid(id, strlen(id)),
+                 "gang__lh_heartbeat",
+                 "id is not a replica id (1..127 printable bytes, no spaces)");
+  char key[GANG__LH_KEY_CAP];
+  snprintf(key, sizeof key, GANG__LH_KEY_HB, id);
+  int64_t beats = 0;
+  gang_status s = gang_store_add(c->st, key, 1, &beats);
+  /* A counter that starts again at 1 is new to the lighthouse: the first
+   * beat, or the first after the lighthouse forgot a long-silent id. */
+  if (s == GANG_OK && (beats == 1 || strcmp(c->registered, id) != 0)) {
+    char line[GANG_LH_ID_MAX + 1];
+    int n = snprintf(line, sizeof line, "%s\n", id);
+    s = gang_store_append(c->st, GANG__LH_KEY_IDS, line, (size_t)n);
+    if (s == GANG_OK)
+      snprintf(c->registered, sizeof c->registered, "%s", id);
+  }
+  if (s != GANG_OK)
+    return gang__error_wrap(s, "lighthouse %s: heartbeat of '%s'", c->addr, id);
+  return GANG_OK;
+}
+
+static bool includes(const gang__lh_quorum *q, const char *id) {
+  for (int i = 0; i < q->n; i++)
+    if (strcmp(q->members[i].replica_id, id) == 0)
+      return true;
+  return false;
+}
+
+static gang_status read_round(gang__lh_client *c, int64_t *round) {
+  gang_status s = gang_store_add(c->st, GANG__LH_KEY_ROUND, 0, round);
+  if (s == GANG_OK && *round < 0)
+    s = gang__error(GANG_PROTOCOL, "lh/round is %" PRId64, *round);
+  return s;
+}
+
+static gang_status join(gang__lh_client *c, int64_t round,
+                        const gang__lh_member *me, const char *rec,
+                        size_t len) {
+  char key[GANG__LH_KEY_CAP];
+  snprintf(key, sizeof key, GANG__LH_KEY_JOIN, (long long)round,
+           me->replica_id);
+  return gang_store_set(c->st, key, rec, len);
+}
+
+/* Waits for round `round`'s quorum until `deadline`, in slices. *q gets
+ * it (GANG_OK); *next is set instead (GANG_OK, q->n == 0) when that round
+ * is gone and the current one is to be joined. */
+static gang_status await_round(gang__lh_client *c, const gang__lh_member *me,
+                               int64_t round, int64_t deadline,
+                               gang__lh_quorum *q, int64_t *next) {
+  char key[GANG__LH_KEY_CAP];
+  snprintf(key, sizeof key, GANG__LH_KEY_QUORUM, (long long)round);
+  *next = -1;
+  for (;;) {
+    int64_t left = (deadline - gang__now_ns()) / 1000000;
+    if (left <= 0)
+      return GANG_TIMEOUT;
+    void *v = NULL;
+    size_t n = 0;
+    gang_status s =
+        get_within(c, key, left < SLICE_MS ? left : SLICE_MS, &v, &n);
+    if (s == GANG_OK) {
+      s = gang__lh_quorum_decode(v, n, q);
+      gang_store_free(v);
+      if (s == GANG_OK && q->incarnation != c->incarnation) {
+        gang__lh_quorum_fini(q);
+        s = gang__error(GANG_PROTOCOL,
+                        "%s holds a quorum of another lighthouse (incarnation "
+                        "%016" PRIx64 ", this one is %016" PRIx64 ")",
+                        key, q->incarnation, c->incarnation);
+      }
+      return s;
+    }
+    if (s != GANG_TIMEOUT)
+      return s;
+    GANG_CHECK(gang__lh_heartbeat(c, me->replica_id));
+    int64_t now_round;
+    GANG_CHECK(read_round(c, &now_round));
+    if (now_round > round + GANG__LH_GC_ROUNDS) {
+      /* The lighthouse keeps a round's quorum that many rounds: if it is
+       * not there now, it was collected, and this round is over for us. */
+      bool here = false;
+      GANG_CHECK(gang_store_check(c->st, (const char *const[]){key}, 1, &here));
+      if (!here) {
+        *next = now_round;
+        return GANG_OK;
+      }
+    }
+  }
+}
+
+gang_status gang__lh_join(gang__lh_client *c, const gang__lh_member *me,
+                          int64_t timeout_ms, gang__lh_quorum *out) {
+  GANG_ARG_CHECK(c != NULL && me != NULL && out != NULL, "gang__lh_join",
+                 "client, me or out is NULL");
+  size_t idn = strnlen(me->replica_id, GANG_LH_ID_MAX);
+  GANG_ARG_CHECK(gang__lh_id_valid(me->replica_id, idn), "gang__lh_join",
+                 "me->replica_id is not a replica id (1..127 printable bytes, "
+                 "no spaces)");
+  GANG_ARG_CHECK(me->step >= 0 && me->commit_failures >= 0 &&
+                     me->world_size >= 1,
+                 "gang__lh_join",
+                 "me has step %" PRId64 ", world_size %d, commit_failures "
+                 "%" PRId64 " (need >= 0, >= 1, >= 0)",
+                 me->step, me->world_size, me->commit_failures);
+  if (timeout_ms < 0)
+    timeout_ms = c->timeout_ms;
+  int64_t t0 = gang__now_ns(), deadline = gang__deadline_in_ms(timeout_ms);
+  char rec[512];
+  size_t len = gang__lh_member_encode(me, rec, sizeof rec);
+  gang_status s = gang__lh_heartbeat(c, me->replica_id);
+  int64_t round = -1;
+  if (s == GANG_OK)
+    s = read_round(c, &round);
+  while (s == GANG_OK) {
+    s = join(c, round, me, rec, len);
+    if (s != GANG_OK)
+      break;
+    gang__lh_quorum q;
+    memset(&q, 0, sizeof q);
+    int64_t next;
+    s = await_round(c, me, round, deadline, &q, &next);
+    if (s != GANG_OK)
+      break;
+    if (next >= 0) {
+      round = next;
+      continue;
+    }
+    if (includes(&q, me->replica_id)) {
+      *out = q;
+      return GANG_OK;
+    }
+    /* Left out (it joined too late, or shrink_only kept it out): the next
+     * round, even before lh/round says so, rather than this one again. */
+    gang__lh_quorum_fini(&q);
+    s = read_round(c, &next);
+    round = next > round ? next : round + 1;
+  }
+  if (s == GANG_TIMEOUT)
+    return gang__error(GANG_TIMEOUT,
+                       "lighthouse %s: no quorum including '%s' within "
+                       "%" PRId64 " ms (waited for lh/r/%" PRId64 "/quorum)",
+                       c->addr, me->replica_id, (gang__now_ns() - t0) / 1000000,
+                       round);
+  return gang__error_wrap(s, "lighthouse %s: quorum of '%s'", c->addr,
+                          me->replica_id);
+}
+
+gang_status gang__lh_next_notice(gang__lh_client *c, int64_t *cursor, char *id,
+                                 size_t cap, int64_t timeout_ms) {
+  GANG_ARG_CHECK(c != NULL && cursor != NULL && id != NULL && cap > 0,
+                 "gang__lh_next_notice", "client, cursor or id is NULL");
+  GANG_ARG_CHECK(*cursor >= 0, "gang__lh_next_notice",
+                 "*cursor %" PRId64 " is negative", *cursor);
+  if (timeout_ms < 0)
+    timeout_ms = c->timeout_ms;
+  char key[GANG__LH_KEY_CAP];
+  snprintf(key, sizeof key, GANG__LH_KEY_NOTICE, (long long)*cursor);
+  void *v = NULL;
+  size_t n = 0;
+  gang_status s = get_within(c, key, timeout_ms, &v, &n);
+  if (s == GANG_TIMEOUT)
+    return gang__error(GANG_TIMEOUT,
+                       "lighthouse %s: no failure notice %" PRId64
+                       " within %" PRId64 " ms",
+                       c->addr, *cursor, timeout_ms);
+  if (s != GANG_OK)
+    return gang__error_wrap(s, "lighthouse %s: failure notice %" PRId64,
+                            c->addr, *cursor);
+  /* A malformed notice is passed over, so that the next call reads the
+   * one after it rather than this one forever. */
+  (*cursor)++;
+  if (!gang__lh_id_valid(v, n)) {
+    gang_store_free(v);
+    return gang__error(GANG_PROTOCOL,
+                       "lighthouse %s: failure notice %" PRId64
+                       " is not a replica id",
+                       c->addr, *cursor - 1);
+  }
+  size_t k = n < cap - 1 ? n : cap - 1;
+  memcpy(id, v, k);
+  id[k] = '\0';
+  gang_store_free(v);
+  return GANG_OK;
+}

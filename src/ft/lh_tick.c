@@ -1,0 +1,389 @@
+/* What the lighthouse's thread does each tick (lighthouse.c runs it):
+ * read the registered ids, every heartbeat counter and the joins of the
+ * current round; forget replicas long silent; send failure notices; and
+ * when gang__lh_compute finds a quorum, write it, advance the round and
+ * collect the keys of old rounds.
+ *
+ * Costs per tick, n replicas known: one get of lh/ids, n adds (the
+ * counters), a check per healthy replica that has not joined yet and a
+ * get per join; per quorum, two sets and a delete per join. */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "gang/store.h"
+#include "lh_impl.h"
+
+#define IDS_COMPACT (64 << 10) /* lh/ids is rewritten beyond this */
+
+/* get without waiting: GANG_TIMEOUT when the key is missing. */
+static gang_status get_now(gang_lighthouse *L, const char *key, void **v,
+                           size_t *n) {
+  gang_store_set_timeout(L->st, 0);
+  gang_status s = gang_store_get(L->st, key, v, n);
+  gang_store_set_timeout(L->st, GANG__LH_CALL_MS);
+  return s;
+}
+
+static int find(const gang_lighthouse *L, const char *id) {
+  for (int i = 0; i < L->nreps; i++)
+    if (strcmp(L->reps[i].member.replica_id, id) == 0)
+      return i;
+  return -1;
+}
+
+static bool healthy(const gang_lighthouse *L, int i, int64_t now) {
+  return L->reps[i].last_beat_ms > now - L->cfg.heartbeat_timeout_ms;
+}
+
+static bool in_prev(const gang_lighthouse *L, const char *id) {
+  for (int i = 0; i < L->prev.n; i++)
+    if (strcmp(L->prev.members[i].replica_id, id) == 0)
+      return true;
+  return false;
+}
+
+/* ---- Replicas: ids, heartbeats, pruning ---------------------------------- */
+
+static void add_replica(gang_lighthouse *L, const char *id, size_t len,
+                        int64_t now) {
+  char buf[GANG_LH_ID_MAX];
+  memcpy(buf, id, len);
+  buf[len] = '\0';
+  if (find(L, buf) >= 0)
+    return;
+  if (L->nreps == GANG__LH_MAX_REPLICAS) {
+    GANG_WARN(FT, "lighthouse: %d replicas known already: ignoring '%s'",
+              GANG__LH_MAX_REPLICAS, buf);
+    return;
+  }
+  int i = L->nreps++;
+  memset(&L->reps[i], 0, sizeof L->reps[i]);
+  memcpy(L->reps[i].member.replica_id, buf, len + 1);
+  L->reps[i].last_beat_ms = INT64_MIN;
+  L->ext[i] = (gang__lh_extra){.beats = -1, .seen_ms = now};
+  GANG_INFO(FT, "lighthouse: replica '%s' registered", buf);
+}
+
+/* Rewrites lh/ids to the ids known now, unless a replica appended in
+ * between (compare_set fails; the next tick tries again), and unless that
+ * would not halve it (then every tick would rewrite it). */
+static gang_status compact_ids(gang_lighthouse *L, const void *old,
+                               size_t oldn) {
+  char *buf = malloc((size_t)L->nreps * GANG_LH_ID_MAX + 1);
+  if (buf == NULL)
+    return GANG_OK; /* the log stays as it is */
+  size_t n = 0;
+  for (int i = 0; i < L->nreps; i++)
+    n += (size_t)sprintf(buf + n, "%s\n", L->reps[i].member.replica_id);
+  if (2 * n > oldn) {
+    free(buf);
+    return GANG_OK;
+  }
+  void *cur = NULL;
+  size_t curn = 0;
+  gang_status s = gang_store_compare_set(L->st, GANG__LH_KEY_IDS, old, oldn,
+                                         buf, n, &cur, &curn);
+  if (s == GANG_OK && curn == n && memcmp(cur, buf, n) == 0)
+    L->ids_off = n;
+  gang_store_free(cur);
+  free(buf);
+  return s;
+}
+
+static gang_status read_ids(gang_lighthouse *L, int64_t now) {
+  void *v = NULL;
+  size_t n = 0;
+  gang_status s = get_now(L, GANG__LH_KEY_IDS, &v, &n);
+  if (s == GANG_TIMEOUT) { /* deleted by someone: start over */
+    L->ids_off = 0;
+    return gang_store_set(L->st, GANG__LH_KEY_IDS, "", 0);
+  }
+  GANG_CHECK(s);
+  const char *p = v;
+  if (n < L->ids_off) /* rewritten by someone else: read it all again */
+    L->ids_off = 0;
+  size_t off = L->ids_off;
+  for (;;) {
+    const char *nl = memchr(p + off, '\n', n - off);
+    if (nl == NULL)
+      break;
+    size_t len = (size_t)(nl - (p + off));
+    if (gang__lh_id_valid(p + off, len))
+      add_replica(L, p + off, len, now);
+    else if (len > 0)
+      GANG_WARN(FT, "lighthouse: lh/ids holds a line that is not a replica "
+                    "id: skipped");
+    off += len + 1;
+  }
+  L->ids_off = off;
+  if (n > IDS_COMPACT)
+    s = compact_ids(L, v, n);
+  gang_store_free(v);
+  return s;
+}
+
+static gang_status read_beats(gang_lighthouse *L, int64_t now) {
+  char key[GANG__LH_KEY_CAP];
+  for (int i = 0; i < L->nreps; i++) {
+    snprintf(key, sizeof key, GANG__LH_KEY_HB, L->reps[i].member.replica_id);
+    int64_t beats;
+    GANG_CHECK(gang_store_add(L->st, key, 0, &beats));
+    gang__lh_extra *e = &L->ext[i];
+    if (beats != e->beats && !(e->beats == -1 && beats == 0))
+      L->reps[i].last_beat_ms = now;
+    e->beats = beats;
+  }
+  return GANG_OK;
+}
+
+/* Forgets replicas silent for ten heartbeat timeouts (at least a minute):
+ * a job that restarts its processes makes a new id each time, and the
+ * lighthouse reads every known counter every tick. Deleting the counter
+ * makes a replica that was only asleep register again at its next beat. */
+static gang_status prune(gang_lighthouse *L, int64_t now) {
+  int64_t idle = 10 * L->cfg.heartbeat_timeout_ms;
+  if (idle < 60000)
+    idle = 60000;
+  char key[GANG__LH_KEY_CAP];
+  for (int i = L->nreps - 1; i >= 0; i--) {
+    int64_t last = L->reps[i].last_beat_ms;
+    if (last < L->ext[i].seen_ms)
+      last = L->ext[i].seen_ms;
+    if (now - last <= idle)
+      continue;
+    snprintf(key, sizeof key, GANG__LH_KEY_HB, L->reps[i].member.replica_id);
+    GANG_CHECK(gang_store_delete(L->st, key, NULL));
+    GANG_INFO(FT,
+              "lighthouse: replica '%s' silent for %" PRId64 " ms: "
+              "forgotten",
+              L->reps[i].member.replica_id, now - last);
+    L->nreps--;
+    L->reps[i] = L->reps[L->nreps];
+    L->ext[i] = L->ext[L->nreps];
+  }
+  return GANG_OK;
+}
+
+/* A member of the last quorum whose heartbeat expired: the survivors'
+ * managers wait on these notices to abort the replica gang's pending
+ * collectives instead of sitting out the collective timeout. */
+static gang_status send_notices(gang_lighthouse *L, int64_t now) {
+  char key[GANG__LH_KEY_CAP];
+  for (int m = 0; m < L->prev.n; m++) {
+    const char *id = L->prev.members[m].replica_id;
+    int i = find(L, id);
+    if (i < 0)
+      continue;
+    if (healthy(L, i, now)) {
+      L->ext[i].noticed = false;
+      continue;
+    }
+    if (L->ext[i].noticed)
+      continue;
+    snprintf(key, sizeof key, GANG__LH_KEY_NOTICE, (long long)L->notices);
+    GANG_CHECK(gang_store_set(L->st, key, id, strlen(id)));
+    GANG_WARN(FT,
+              "lighthouse: replica '%s' of quorum %" PRId64 " has not "
+              "heartbeaten for %" PRId64 " ms: failure notice %" PRId64,
+              id, L->prev.quorum_id, now - L->reps[i].last_beat_ms, L->notices);
+    L->notices++;
+    L->ext[i].noticed = true;
+  }
+  return GANG_OK;
+}
+
+static gang_status read_joins(gang_lighthouse *L, int64_t now) {
+  char key[GANG__LH_KEY_CAP];
+  for (int i = 0; i < L->nreps; i++) {
+    gang__lh_replica *r = &L->reps[i];
+    if (r->joined || L->ext[i].bad_join || !healthy(L, i, now))
+      continue;
+    snprintf(key, sizeof key, GANG__LH_KEY_JOIN, (long long)L->round,
+             r->member.replica_id);
+    bool here = false;
+    GANG_CHECK(gang_store_check(L->st, (const char *const[]){key}, 1, &here));
+    if (!here)
+      continue;
+    void *v = NULL;
+    size_t n = 0;
+    gang_status s = get_now(L, key, &v, &n);
+    if (s == GANG_TIMEOUT) /* deleted in between */
+      continue;
+    GANG_CHECK(s);
+    gang__lh_member m;
+    s = gang__lh_member_decode(v, n, &m);
+    gang_store_free(v);
+    if (s == GANG_OK && strcmp(m.replica_id, r->member.replica_id) != 0)
+      s = gang__error(GANG_PROTOCOL, "it names replica '%s'", m.replica_id);
+    if (s != GANG_OK) {
+      GANG_WARN(FT, "lighthouse: %s ignored: %s", key, gang_last_error());
+      L->ext[i].bad_join = true;
+      continue;
+    }
+    r->member = m;
+    r->joined = true;
+    r->joined_ms = now;
+    L->ext[i].has_member = true;
+  }
+  return GANG_OK;
+}
+
+/* ---- Quorums --------------------------------------------------------------
+ */
+
+static void history_push(gang_lighthouse *L, const gang__lh_quorum *q) {
+  gang__lh_status *s = &L->status;
+  char(*ids)[GANG_LH_ID_MAX] = malloc((size_t)q->n * sizeof *ids);
+  if (ids == NULL)
+    return;
+  for (int i = 0; i < q->n; i++)
+    memcpy(ids[i], q->members[i].replica_id, GANG_LH_ID_MAX);
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  pthread_mutex_lock(&s->mu);
+  if (s->nhist == GANG__LH_HISTORY)
+    free(s->hist[--s->nhist].ids);
+  memmove(&s->hist[1], &s->hist[0], (size_t)s->nhist * sizeof s->hist[0]);
+  s->hist[0] = (gang__lh_status_quorum){
+      q->quorum_id, q->round, (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000,
+      q->n, ids};
+  s->nhist++;
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* Writes the quorum, advances the round, collects the old keys. Takes
+ * ownership of `members`. */
+static gang_status publish(gang_lighthouse *L, gang__lh_member *members,
+                           int n) {
+  const gang__lh_quorum *prev = L->prev.n > 0 ? &L->prev : NULL;
+  gang__lh_quorum q = {L->quorum_id, L->incarnation, L->round, n, members};
+  if (gang__lh_new_id(prev, members, n))
+    q.quorum_id++;
+  /* The round advances before its quorum is written: a replica that has
+   * its quorum and joins again reads the new round, never this one, whose
+   * quorum would come straight back to it, stale. A set, not an add, so
+   * that a failure between the two writes is simply done again. */
+  char num[24], key[GANG__LH_KEY_CAP];
+  snprintf(num, sizeof num, "%" PRId64, L->round + 1);
+  gang_status s = gang_store_set(L->st, GANG__LH_KEY_ROUND, num, strlen(num));
+  size_t len = 0;
+  char *rec = s == GANG_OK ? gang__lh_quorum_encode(&q, &len) : NULL;
+  snprintf(key, sizeof key, GANG__LH_KEY_QUORUM, (long long)L->round);
+  if (s == GANG_OK)
+    s = rec ? gang_store_set(L->st, key, rec, len)
+            : gang__error(GANG_NO_MEMORY, "lighthouse: no memory");
+  free(rec);
+  if (s != GANG_OK) {
+    free(members);
+    return s;
+  }
+  GANG_INFO(
+      FT, "lighthouse: quorum %" PRId64 " in round %" PRId64 ", %d members: %s",
+      q.quorum_id, L->round, n, L->why);
+  /* Clients read only the quorum: joins go now, quorums GANG__LH_GC_ROUNDS
+   * rounds later (a client still waiting for one then joins the current
+   * round). */
+  for (int i = 0; i < L->nreps && s == GANG_OK; i++)
+    if (L->reps[i].joined || L->ext[i].bad_join) {
+      snprintf(key, sizeof key, GANG__LH_KEY_JOIN, (long long)L->round,
+               L->reps[i].member.replica_id);
+      s = gang_store_delete(L->st, key, NULL);
+    }
+  if (s == GANG_OK && L->round >= GANG__LH_GC_ROUNDS) {
+    snprintf(key, sizeof key, GANG__LH_KEY_QUORUM,
+             (long long)(L->round - GANG__LH_GC_ROUNDS));
+    s = gang_store_delete(L->st, key, NULL);
+  }
+  history_push(L, &q);
+  gang__lh_quorum_fini(&L->prev);
+  L->prev = q;
+  L->quorum_id = q.quorum_id;
+  L->round++;
+  for (int i = 0; i < L->nreps; i++) {
+    L->reps[i].joined = false;
+    L->ext[i].bad_join = false;
+  }
+  return s;
+}
+
+static gang_status decide(gang_lighthouse *L, int64_t now) {
+  gang__lh_member *members = NULL;
+  int n = 0;
+  if (!gang__lh_compute(&L->cfg, L->reps, L->nreps,
+                        L->prev.n > 0 ? &L->prev : NULL, now, &members, &n,
+                        L->why, sizeof L->why))
+    return GANG_OK;
+  return publish(L, members, n);
+}
+
+void gang__lh_publish_status(gang_lighthouse *L) {
+  gang__lh_status *s = &L->status;
+  pthread_mutex_lock(&s->mu);
+  if (s->cap < L->nreps) {
+    void *p = realloc(s->reps, (size_t)L->nreps * sizeof *s->reps);
+    if (p == NULL) {
+      pthread_mutex_unlock(&s->mu);
+      return;
+    }
+    s->reps = p;
+    s->cap = L->nreps;
+  }
+  for (int i = 0; i < L->nreps; i++) {
+    const gang__lh_replica *r = &L->reps[i];
+    gang__lh_status_rep *o = &s->reps[i];
+    memcpy(o->id, r->member.replica_id, GANG_LH_ID_MAX);
+    o->has_member = L->ext[i].has_member;
+    o->step = r->member.step;
+    o->world_size = r->member.world_size;
+    o->last_beat_ms = r->last_beat_ms;
+    o->joined = r->joined;
+    o->in_quorum = in_prev(L, r->member.replica_id);
+  }
+  s->nreps = L->nreps;
+  s->quorum_id = L->quorum_id;
+  s->round = L->round;
+  snprintf(s->waiting, sizeof s->waiting, "%s", L->why);
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- The tick ------------------------------------------------------------ */
+
+gang_status gang__lh_tick(gang_lighthouse *L) {
+  int64_t now = gang__lh_now_ms();
+  GANG_CHECK(read_ids(L, now));
+  now = gang__lh_now_ms();
+  GANG_CHECK(read_beats(L, now));
+  GANG_CHECK(prune(L, now));
+  GANG_CHECK(send_notices(L, now));
+  GANG_CHECK(read_joins(L, now));
+  return decide(L, now);
+}
+
+int gang__lh_fast_keys(gang_lighthouse *L, int64_t now, char **keys) {
+  *keys = NULL;
+  int k = 0, joined = 0;
+  for (int m = 0; m < L->prev.n; m++) {
+    int i = find(L, L->prev.members[m].replica_id);
+    if (i < 0 || !healthy(L, i, now) || L->ext[i].bad_join)
+      return 0;
+    joined += L->reps[i].joined;
+  }
+  if (joined == L->prev.n)
+    return 0;
+  *keys = malloc((size_t)L->prev.n * GANG__LH_KEY_CAP);
+  if (*keys == NULL)
+    return 0;
+  for (int m = 0; m < L->prev.n; m++) {
+    const char *id = L->prev.members[m].replica_id;
+    if (!L->reps[find(L, id)].joined)
+      snprintf(*keys + (size_t)k++ * GANG__LH_KEY_CAP, GANG__LH_KEY_CAP,
+               GANG__LH_KEY_JOIN, (long long)L->round, id);
+  }
+  return k;
+}

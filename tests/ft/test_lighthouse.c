@@ -1,0 +1,234 @@
+/* A real lighthouse in this process, replicas as threads with clients of
+ * their own (lh_replica.c): a quorum forms and keeps its id while its
+ * members stay, takes a new one on a commit failure; a replica that stops
+ * heartbeating is dropped and a failure notice names it within the
+ * heartbeat timeout and a tick or two; the split-brain guard holds (2 of 4
+ * heartbeating wait, 2 of 3 do not); a stopped and restarted lighthouse is
+ * a new incarnation; old rounds are collected. test_lh_hostile.c has the
+ * status page and hostile input.
+ *
+ * Timings are printed (and bounded loosely, for sanitizer builds on a busy
+ * machine): first quorum, fast quorum, time to notice a dead replica. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness/harness.h"
+#include "lh_replica.h"
+#include "store/store_cases.h"
+
+#include "core/clock.h"
+#include "gang/store.h"
+
+/* ---- Cases ----------------------------------------------------------------
+ */
+
+static void test_quorum_forms_and_keeps_id(void **state) {
+  (void)state;
+  /* Through an authenticated store, as a job would run it: the lighthouse
+   * and its clients take the secret from the environment. Set while no
+   * thread of ours runs. */
+  setenv("GANG_STORE_SECRET", "lighthouse-test-secret", 1);
+  gang_lighthouse *lh = lh_start(0, 3, 20000, NULL);
+  replica r[3];
+  const char *ids[] = {"rep-c:1", "rep-a:2", "rep-b:3"};
+  for (int i = 0; i < 3; i++)
+    replica_start(&r[i], lh, ids[i]);
+  double first = round_all(r, 3, 0);
+  assert_int_equal(r[0].q.quorum_id, 1);
+  assert_string_equal(ids_of(&r[0].q), "rep-a:2,rep-b:3,rep-c:1");
+  assert_true(r[0].q.incarnation == gang__lh_incarnation(r[0].jc));
+  assert_int_equal(r[0].q.members[0].world_size, 2);
+  assert_int_equal(r[0].q.members[0].step, 10);
+  int64_t round0 = r[0].q.round;
+  /* The same members again and again: the same id, a new round each. */
+  double sum = 0, worst = 0;
+  int rounds = 20;
+  for (int k = 0; k < rounds; k++) {
+    double t = round_all(r, 3, 0);
+    sum += t;
+    worst = t > worst ? t : worst;
+    assert_int_equal(r[0].q.quorum_id, 1);
+    assert_int_equal(r[0].q.round, round0 + 1 + k);
+  }
+  printf("first quorum of 3: %.1f ms; fast quorum (same members): mean %.1f "
+         "ms, worst %.1f ms over %d rounds (tick %d ms)\n",
+         first, sum / rounds, worst, rounds, TICK);
+  assert_true(first < 5000);
+  /* A member that failed to commit: the quorum takes a new id, once. */
+  round_all(r, 3, 1);
+  assert_int_equal(r[0].q.quorum_id, 2);
+  assert_int_equal(r[0].q.members[0].commit_failures, 0);
+  round_all(r, 3, 0);
+  assert_int_equal(r[0].q.quorum_id, 2);
+  for (int i = 0; i < 3; i++)
+    replica_free(&r[i]);
+  gang_lighthouse_stop(lh);
+  unsetenv("GANG_STORE_SECRET");
+}
+
+/* Waits for failure notices until `want` arrives; returns when. */
+static int64_t await_notice(gang__lh_client *c, int64_t *cursor,
+                            const char *want) {
+  char id[GANG_LH_ID_MAX];
+  for (;;) {
+    assert_gang_ok(gang__lh_next_notice(c, cursor, id, sizeof id, 10000));
+    if (strcmp(id, want) == 0)
+      return gang__now_ns();
+  }
+}
+
+static void test_dead_replica_noticed(void **state) {
+  (void)state;
+  gang_lighthouse *lh = lh_start(0, 1, 30000, NULL);
+  replica r[3];
+  const char *ids[] = {"a", "b", "dies"};
+  for (int i = 0; i < 3; i++)
+    replica_start(&r[i], lh, ids[i]);
+  round_all(r, 3, 0);
+  assert_int_equal(r[0].q.quorum_id, 1);
+  gang__lh_client *watch;
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", gang_lighthouse_port(lh));
+  assert_gang_ok(gang__lh_connect(addr, CLIENT_MS, &watch));
+  int64_t cursor = 0;
+  /* No notice while everyone lives. */
+  char id[GANG_LH_ID_MAX];
+  assert_int_equal(gang__lh_next_notice(watch, &cursor, id, sizeof id, 0),
+                   GANG_TIMEOUT);
+  assert_int_equal(cursor, 0);
+  /* The survivors join the next round; the other goes silent. The join
+   * timeout is 30 s: only its heartbeat expiring lets the round close. */
+  join_start(&r[0], 11, 0, false, 20000);
+  join_start(&r[1], 11, 0, false, 20000);
+  int64_t last = replica_silence(&r[2]);
+  int64_t noticed = await_notice(watch, &cursor, "dies");
+  assert_int_equal(cursor, 1);
+  join_ok(&r[0]);
+  join_ok(&r[1]);
+  double notice_ms = (double)(noticed - last) / 1e6;
+  double drop_ms = (double)(gang__now_ns() - last) / 1e6;
+  printf("dead replica: failure notice %.1f ms after its last heartbeat, "
+         "quorum without it by %.1f ms (heartbeat timeout %d ms, tick %d "
+         "ms)\n",
+         notice_ms, drop_ms, HB_TIMEOUT, TICK);
+  assert_true(notice_ms >= HB_TIMEOUT - 5);
+  /* timeout + a tick for the beat to be seen + a tick to see it expire,
+   * and room for a sanitizer build on a shared machine */
+  assert_true(notice_ms <= HB_TIMEOUT + 2 * TICK + 500);
+  assert_string_equal(ids_of(&r[0].q), "a,b");
+  assert_int_equal(r[0].q.quorum_id, 2);
+  assert_int_equal(r[1].q.quorum_id, 2);
+  /* One notice per death, not one per tick. */
+  assert_int_equal(
+      gang__lh_next_notice(watch, &cursor, id, sizeof id, 3 * TICK),
+      GANG_TIMEOUT);
+  gang__lh_close(watch);
+  for (int i = 0; i < 3; i++)
+    replica_free(&r[i]);
+  gang_lighthouse_stop(lh);
+}
+
+static void test_split_brain_guard(void **state) {
+  (void)state;
+  gang_lighthouse *lh = lh_start(0, 1, 200, NULL);
+  replica r[4];
+  const char *ids[] = {"a", "b", "c", "d"};
+  for (int i = 0; i < 4; i++)
+    replica_start(&r[i], lh, ids[i]);
+  /* 2 of 4 heartbeating: no quorum, even well past the join timeout. */
+  join_start(&r[0], 0, 0, false, 1000);
+  join_start(&r[1], 0, 0, false, 1000);
+  assert_int_equal(join_wait(&r[0]), GANG_TIMEOUT);
+  assert_int_equal(join_wait(&r[1]), GANG_TIMEOUT);
+  assert_non_null(strstr(r[0].jerr, "no quorum including 'a'"));
+  /* One of the others dies: 2 of the 3 left heartbeating are more than
+   * half, and form a quorum (the other one, alive, is left out). */
+  join_start(&r[0], 0, 0, false, 20000);
+  join_start(&r[1], 0, 0, false, 20000);
+  int64_t last = replica_silence(&r[2]);
+  join_ok(&r[0]);
+  join_ok(&r[1]);
+  assert_string_equal(ids_of(&r[0].q), "a,b");
+  /* Not before its heartbeat expired. */
+  printf("split brain: 2 of 4 waited; 2 of 3 formed a quorum %.1f ms after "
+         "the last heartbeat of the one that died\n",
+         ms_since(last));
+  assert_true(ms_since(last) >= HB_TIMEOUT - 5);
+  for (int i = 0; i < 4; i++)
+    replica_free(&r[i]);
+  gang_lighthouse_stop(lh);
+}
+
+static void test_restart_is_new_incarnation(void **state) {
+  (void)state;
+  gang_lighthouse *lh = lh_start(0, 2, 20000, NULL);
+  int port = gang_lighthouse_port(lh);
+  replica r[2];
+  replica_start(&r[0], lh, "x");
+  replica_start(&r[1], lh, "y");
+  round_all(r, 2, 0);
+  round_all(r, 2, 1);
+  assert_int_equal(r[0].q.quorum_id, 2);
+  uint64_t inc1 = gang__lh_incarnation(r[0].jc);
+  for (int i = 0; i < 2; i++)
+    replica_silence(&r[i]);
+  gang_lighthouse_stop(lh);
+  /* The old connections are dead, with an error, not a hang. */
+  assert_int_not_equal(gang__lh_heartbeat(r[0].hb, "x"), GANG_OK);
+  for (int i = 0; i < 2; i++)
+    replica_free(&r[i]);
+  /* Same port, new lighthouse: clients reconnect and ids start again. */
+  lh = lh_start(port, 2, 20000, NULL);
+  replica_start(&r[0], lh, "x");
+  replica_start(&r[1], lh, "y");
+  assert_true(gang__lh_incarnation(r[0].jc) != inc1);
+  round_all(r, 2, 0);
+  assert_int_equal(r[0].q.quorum_id, 1);
+  assert_true(r[0].q.incarnation == gang__lh_incarnation(r[0].jc));
+  for (int i = 0; i < 2; i++)
+    replica_free(&r[i]);
+  gang_lighthouse_stop(lh);
+}
+
+static void test_old_rounds_collected(void **state) {
+  (void)state;
+  gang_lighthouse *lh = lh_start(0, 2, 20000, "");
+  replica r[2];
+  replica_start(&r[0], lh, "p");
+  replica_start(&r[1], lh, "q");
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", gang_lighthouse_port(lh));
+  gang_store_options so = GANG_STORE_OPTIONS_INIT;
+  so.secret = "";
+  gang_store *st;
+  assert_gang_ok(gang_store_connect(addr, &so, &st));
+  int64_t keys = 0, most = 0;
+  for (int k = 0; k < 3 * GANG__LH_GC_ROUNDS; k++) {
+    round_all(r, 2, 0);
+    assert_gang_ok(gang_store_num_keys(st, &keys));
+    most = keys > most ? keys : most;
+  }
+  /* incarnation, ids, round, 2 counters, the kept quorums (and a join or
+   * two of the next round). */
+  printf("after %d rounds: %" PRId64 " keys (most %" PRId64 ")\n",
+         3 * GANG__LH_GC_ROUNDS, keys, most);
+  assert_true(most <= 5 + GANG__LH_GC_ROUNDS + 1 + 2);
+  gang_store_close(st);
+  for (int i = 0; i < 2; i++)
+    replica_free(&r[i]);
+  gang_lighthouse_stop(lh);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      GT_TEST(test_quorum_forms_and_keeps_id),
+      GT_TEST(test_dead_replica_noticed),
+      GT_TEST(test_split_brain_guard),
+      GT_TEST(test_restart_is_new_incarnation),
+      GT_TEST(test_old_rounds_collected),
+  };
+  sc_prime_threads();
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
