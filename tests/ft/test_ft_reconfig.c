@@ -24,8 +24,8 @@ static double now_s(void) {
 }
 
 static void addr_of(char *buf, size_t cap, const char *what, int n) {
-  snprintf(buf, cap, "127.0.0.1:%d/ft-%s-%d-%d", gt_store_port(), what,
-           g_round, n);
+  snprintf(buf, cap, "127.0.0.1:%d/ft-%s-%d-%d", gt_store_port(), what, g_round,
+           n);
 }
 
 /* Resident set size in KiB. */
