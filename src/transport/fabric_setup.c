@@ -243,65 +243,147 @@ static gang_status connect_lower(gang__fabric *f,
   return GANG_OK;
 }
 
+/* A connection accepted during setup whose hello has not all arrived. */
+typedef struct pending {
+  int fd;
+  size_t got;
+  int64_t deadline; /* a stranger's time to say hello */
+  uint8_t b[HELLO_LEN];
+} pending;
+
+/* At most this many connections wait for their hello at once; beyond it
+ * the oldest is dropped, so a flood of strangers can neither exhaust
+ * descriptors nor keep the real peers out. */
+#define PENDING_MAX 64
+#define HELLO_WAIT_MS 5000
+
+static void drop_pending(pending *p, int *np, int i) {
+  close(p[i].fd);
+  p[i] = p[--*np];
+}
+
+/* A complete hello from p: the peer is registered (0), refused (-1, the
+ * connection closed) or the setup fails (its status, in *st). */
+static int take_hello(gang__fabric *f, const gang__fabric_config *cfg,
+                      const uint8_t *token, pending *p, gang_status *st) {
+  char who[64];
+  snprintf(who, sizeof who, "an incoming connection to rank %d", f->rank);
+  hello them;
+  hello_decode(p->b, &them);
+  gang_status s = hello_check(f, &them, token, -1, who);
+  if (s == GANG_OK &&
+      ((int)them.rank <= f->rank || f->conns[them.rank].fd >= 0))
+    s = gang__error(GANG_PROTOCOL, "%s claims rank %u twice or out of order",
+                    who, them.rank);
+  if (s != GANG_OK) {
+    /* Refuse it and keep waiting for the real peers. */
+    GANG_WARN(TCP, "refused a fabric connection: %s", gang_last_error());
+    return -1;
+  }
+  hello me = {
+      HELLO_MAGIC, HELLO_VERSION, (uint32_t)f->rank, (uint32_t)f->size, 0,
+      {0}};
+  memcpy(me.token, token, 16);
+  uint8_t b[HELLO_LEN];
+  hello_encode(&me, b);
+  conn *c = &f->conns[them.rank];
+  snprintf(c->name, sizeof c->name, "rank %u", them.rank);
+  s = gang__sock_write_full(p->fd, b, HELLO_LEN, cfg->deadline, -1, c->name);
+  if (s == GANG_OK)
+    s = tune_connection(f, c, p->fd);
+  if (s != GANG_OK) {
+    *st = s;
+    return -1;
+  }
+  set_sockbuf(f, p->fd);
+  c->fd = p->fd;
+  p->fd = -1;
+  return 0;
+}
+
+/* Accepts the higher ranks' connections. Hellos are read from every
+ * accepted connection at once, as their bytes come, so a connection that
+ * says nothing (a port scanner, a health check, a stranger) holds up
+ * nobody: it is dropped after HELLO_WAIT_MS, or earlier when PENDING_MAX
+ * others are waiting. */
 static gang_status accept_higher(gang__fabric *f,
                                  const gang__fabric_config *cfg,
                                  const uint8_t *token, int lfd, int count) {
-  int got = 0;
-  while (got < count) {
-    struct pollfd pfd = {lfd, POLLIN, 0};
+  pending p[PENDING_MAX];
+  int np = 0, got = 0, silent = 0;
+  gang_status st = GANG_OK;
+  while (got < count && st == GANG_OK) {
     int ms = gang__deadline_poll_ms(cfg->deadline);
-    if (ms == 0)
-      return gang__error(GANG_TIMEOUT,
-                         "fabric setup: rank %d got %d of %d connections from "
-                         "higher ranks before the deadline",
-                         f->rank, got, count);
-    if (poll(&pfd, 1, ms < 0 || ms > 1000 ? 1000 : ms) <= 0)
-      continue;
-    int fd = -1, err = 0;
-    if (gang__sock_accept(lfd, &fd, &err) != GANG_OK)
-      continue;
-    uint8_t b[HELLO_LEN];
-    char who[64];
-    snprintf(who, sizeof who, "an incoming connection to rank %d", f->rank);
-    /* A stranger gets a short time to say hello, so it cannot stall setup. */
-    int64_t hd = gang__deadline_in_ms(5000);
-    if (hd > cfg->deadline)
-      hd = cfg->deadline;
-    gang_status st = gang__sock_read_full(fd, b, HELLO_LEN, hd, -1, who);
-    hello them;
-    if (st == GANG_OK) {
-      hello_decode(b, &them);
-      st = hello_check(f, &them, token, -1, who);
+    if (ms == 0) {
+      st = gang__error(GANG_TIMEOUT,
+                       "fabric setup: rank %d got %d of %d connections from "
+                       "higher ranks before the deadline",
+                       f->rank, got, count);
+      break;
     }
-    if (st == GANG_OK &&
-        ((int)them.rank <= f->rank || f->conns[them.rank].fd >= 0))
-      st = gang__error(GANG_PROTOCOL, "%s claims rank %u twice or out of order",
-                       who, them.rank);
-    if (st != GANG_OK) {
-      /* Refuse it and keep waiting for the real peers. */
-      GANG_WARN(TCP, "refused a fabric connection: %s", gang_last_error());
-      close(fd);
+    struct pollfd pfd[PENDING_MAX + 1];
+    pfd[0] = (struct pollfd){lfd, POLLIN, 0};
+    for (int i = 0; i < np; i++)
+      pfd[i + 1] = (struct pollfd){p[i].fd, POLLIN, 0};
+    if (ms < 0 || ms > 100)
+      ms = 100; /* strangers' deadlines are checked this often */
+    if (poll(pfd, (nfds_t)np + 1, ms) < 0 && errno != EINTR) {
+      st = gang__error_errno(GANG_SYSTEM, errno, "fabric setup: poll");
+      break;
+    }
+    /* Hellos first (pfd[i + 1] is p[i] as polled; drops move the last
+     * pending into i, so go from the end). */
+    int64_t now = gang__now_ns();
+    for (int i = np - 1; i >= 0 && st == GANG_OK; i--) {
+      if (pfd[i + 1].revents != 0) {
+        ssize_t r = recv(p[i].fd, p[i].b + p[i].got, HELLO_LEN - p[i].got,
+                         MSG_DONTWAIT);
+        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&
+                       errno != EINTR)) {
+          drop_pending(p, &np, i); /* it hung up before its hello */
+          continue;
+        }
+        if (r > 0)
+          p[i].got += (size_t)r;
+        if (p[i].got == HELLO_LEN) {
+          if (take_hello(f, cfg, token, &p[i], &st) == 0)
+            got++;
+          if (p[i].fd >= 0)
+            close(p[i].fd);
+          p[i] = p[--np];
+          continue;
+        }
+      }
+      if (now >= p[i].deadline) {
+        silent++;
+        drop_pending(p, &np, i);
+      }
+    }
+    if (st != GANG_OK || !(pfd[0].revents & POLLIN))
       continue;
+    for (;;) { /* every connection waiting on the listener */
+      int fd = -1, err = 0;
+      if (gang__sock_accept(lfd, &fd, &err) != GANG_OK)
+        break;
+      if (np == PENDING_MAX) { /* the oldest gives way */
+        silent++;
+        close(p[0].fd);
+        memmove(p, p + 1, sizeof *p * (PENDING_MAX - 1));
+        np--;
+      }
+      int64_t hd = gang__deadline_in_ms(HELLO_WAIT_MS);
+      p[np++] = (pending){fd, 0, hd < cfg->deadline ? hd : cfg->deadline,
+                          {0}};
     }
-    hello me = {
-        HELLO_MAGIC, HELLO_VERSION, (uint32_t)f->rank, (uint32_t)f->size, 0,
-        {0}};
-    memcpy(me.token, token, 16);
-    hello_encode(&me, b);
-    conn *c = &f->conns[them.rank];
-    snprintf(c->name, sizeof c->name, "rank %u", them.rank);
-    st = gang__sock_write_full(fd, b, HELLO_LEN, cfg->deadline, -1, c->name);
-    if (st == GANG_OK)
-      st = tune_connection(f, c, fd);
-    if (st != GANG_OK) {
-      close(fd);
-      return st;
-    }
-    set_sockbuf(f, fd);
-    c->fd = fd;
-    got++;
   }
-  return GANG_OK;
+  for (int i = 0; i < np; i++)
+    close(p[i].fd);
+  if (silent + np > 0)
+    GANG_WARN(TCP,
+              "fabric setup: rank %d dropped %d connection(s) that did not "
+              "say hello",
+              f->rank, silent + np);
+  return st;
 }
 
 static gang_status world_token(gang__fabric *f, gang_store *st,
