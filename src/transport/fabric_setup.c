@@ -453,6 +453,17 @@ gang_status gang__fabric_create(const gang__fabric_config *cfg,
     goto fail;
   }
   f->piece = (size_t)piece;
+  int64_t early = 0;
+  GANG_CHECK_GOTO(gang__setting_int(GANG_SETTING_TCP_EARLY_MAX, &early), st,
+                  fail);
+  if (early < EAGER_MAX) {
+    st = gang__error(GANG_INVALID_ARGUMENT,
+                     "GANG_TCP_EARLY_MAX must be at least %d bytes (one "
+                     "eager message), not %lld",
+                     EAGER_MAX, (long long)early);
+    goto fail;
+  }
+  f->early_max = (size_t)early;
   f->piece_set = gang__setting_is_set(GANG_SETTING_TCP_PIECE);
   GANG_CHECK_GOTO(gang__setting_int(GANG_SETTING_SOCKET_BUFFER, &sockbuf), st,
                   fail);
