@@ -18,12 +18,19 @@
 static void run_one(gang_t *g, gang_work *w) {
   pg *p = g->impl;
   const gang__coll *c = &w->coll;
+  /* Who reached a collective is worth asking the others (a second at
+   * most) when this rank's own deadline, or its caller's, ran out: not
+   * when it failed at once on a failure it was told of (the rank that
+   * timed out asked already, and its answer is in the error). */
+  bool healthy = gang__fabric_status(p->w->fabric, NULL, 0) == GANG_OK;
+  int64_t t0 = gang__now_ns();
   gang_status st = gang__pg_execute(g, w);
+  bool ran_out = w->short_wait || gang__now_ns() - t0 >= g->timeout_ms * 1000000;
   /* Every path reduces MEAN as a SUM; the division happens once, here. */
   if (st == GANG_OK && c->op == GANG_MEAN &&
       (c->kind == GANG_COLL_ALL_REDUCE || c->kind == GANG_COLL_REDUCE_SCATTER))
     gang__reduce_mean_finish(c->out, c->count, c->dtype, g->size);
-  if (st == GANG_TIMEOUT)
+  if (st == GANG_TIMEOUT && healthy && ran_out)
     gang__pg_diagnose_timeout(g, w);
   /* A failure found before any byte moved (a bad split, no memory) must
    * still reach the peers, or they wait for this rank until their
@@ -135,7 +142,10 @@ gang_status gang__pg_wait(gang_work *w, int64_t deadline) {
     return gang__pg_wait_p2p(w, deadline);
   pthread_mutex_lock(&p->mu);
   while (!atomic_load(&w->done)) {
-    if (!atomic_load(&p->running) && !TAILQ_EMPTY(&p->queue) && drain(g, w))
+    /* Running it here saves the worker's wake-up, but the collective then
+     * runs with the gang's deadline: not for a shorter wait. */
+    if (!w->short_wait && !atomic_load(&p->running) &&
+        !TAILQ_EMPTY(&p->queue) && drain(g, w))
       continue;
     if (gang__deadline_passed(deadline)) {
       /* Make the running collective give up, then wait for it to say so:
