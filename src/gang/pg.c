@@ -121,10 +121,17 @@ static gang_status pg_subgang(gang_t *g, const int *ranks, int n, int index,
   return st;
 }
 
+/* The peers are told the reason the gang recorded (gang_abort's, or a
+ * work freed unfinished). */
 static void pg_abort(gang_t *g) {
   pg *p = g->impl;
-  char why[128];
-  snprintf(why, sizeof why, "gang_abort on gang rank %d/%d", g->rank, g->size);
+  char why[512];
+  const char *reason = gang_get_last_error(g);
+  if (reason != NULL && reason[0] != '\0')
+    snprintf(why, sizeof why, "%s", reason);
+  else
+    snprintf(why, sizeof why, "gang_abort on gang rank %d/%d", g->rank,
+             g->size);
   gang__fabric_fail(p->w->fabric, GANG_ABORTED, why);
 }
 
