@@ -530,6 +530,29 @@ static void test_restarts(void **state) {
   assert_int_equal(exit_code(st), 3);
   must_not_contain(out, "restarting");
   free(out);
+
+  /* Out of restarts: three attempts fail, the job ends with the root
+   * cause's status. */
+  st = run(&out, NULL, "--standalone", "--nproc-per-node", "2",
+           "--max-restarts", "2", GR_WORKER, "failuntil", "0", "9", "4", NULL);
+  assert_int_equal(exit_code(st), 4);
+  must_contain(out, "[rank0]:restart=2\n");
+  must_contain(out, "restarting the worker group (restart 2 of 2)");
+  must_not_contain(out, "restart 3");
+  must_not_contain(out, "restart=3");
+  must_contain(out, "exit code 4");
+  free(out);
+
+  /* A crash in a later attempt: exit 3, then SIGKILL, then success. */
+  st = run(&out, NULL, "--standalone", "--nproc-per-node", "2",
+           "--max-restarts", "3", GR_WORKER, "failcrash", "1", NULL);
+  assert_int_equal(exit_code(st), 0);
+  must_contain(out, "exit code 3");
+  must_contain(out, "signal 9 (SIGKILL)");
+  must_contain(out, "restarting the worker group (restart 2 of 3)");
+  must_contain(out, "[rank1]:restart=2\n");
+  must_not_contain(out, "restart=3");
+  free(out);
 }
 
 static void test_store(void **state) {
