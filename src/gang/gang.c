@@ -334,7 +334,7 @@ static gang_status post_ex(gang_t *g, const gang__coll *c, gang_work *w,
   atomic_init(&w->done, 0);
   w->status = GANG_OK;
   w->heap = heap;
-  w->short_wait = false;
+  atomic_init(&w->short_wait, false);
   w->coll = *c;
   w->detail[0] = '\0';
   w->impl = NULL;
@@ -357,7 +357,9 @@ static gang_status wait_work(gang_work *w, int64_t timeout_ms) {
   if (!atomic_load_explicit(&w->done, memory_order_acquire)) {
     int64_t deadline =
         gang__deadline_in_ms(timeout_ms < 0 ? g->timeout_ms : timeout_ms);
-    w->short_wait = timeout_ms >= 0 && timeout_ms < g->timeout_ms;
+    atomic_store_explicit(&w->short_wait,
+                          timeout_ms >= 0 && timeout_ms < g->timeout_ms,
+                          memory_order_relaxed);
     gang_status st = g->ops->wait ? g->ops->wait(w, deadline)
                                   : gang__error(GANG_INTERNAL,
                                                 "%s gang left work incomplete",

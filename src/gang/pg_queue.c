@@ -25,7 +25,9 @@ static void run_one(gang_t *g, gang_work *w) {
   bool healthy = gang__fabric_status(p->w->fabric, NULL, 0) == GANG_OK;
   int64_t t0 = gang__now_ns();
   gang_status st = gang__pg_execute(g, w);
-  bool ran_out = w->short_wait || gang__now_ns() - t0 >= g->timeout_ms * 1000000;
+  bool ran_out =
+      atomic_load_explicit(&w->short_wait, memory_order_relaxed) ||
+      gang__now_ns() - t0 >= g->timeout_ms * 1000000;
   /* Every path reduces MEAN as a SUM; the division happens once, here. */
   if (st == GANG_OK && c->op == GANG_MEAN &&
       (c->kind == GANG_COLL_ALL_REDUCE || c->kind == GANG_COLL_REDUCE_SCATTER))
@@ -144,7 +146,8 @@ gang_status gang__pg_wait(gang_work *w, int64_t deadline) {
   while (!atomic_load(&w->done)) {
     /* Running it here saves the worker's wake-up, but the collective then
      * runs with the gang's deadline: not for a shorter wait. */
-    if (!w->short_wait && !atomic_load(&p->running) &&
+    if (!atomic_load_explicit(&w->short_wait, memory_order_relaxed) &&
+        !atomic_load(&p->running) &&
         !TAILQ_EMPTY(&p->queue) && drain(g, w))
       continue;
     if (gang__deadline_passed(deadline)) {
