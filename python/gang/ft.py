@@ -250,6 +250,7 @@ class Manager:
                 "gang's manager heals raw memory, not state_dict callbacks: register each "
                 "contiguous buffer (parameters, optimizer state) with register_state(name, buffer)")
         self._reported = None
+        self._keep = []
         self._m = _gang._manager_create(
             _lighthouse_addr(lighthouse_addr), replica_id, group, int(min_replica_size),
             _ms(timeout, "timeout"), _ms(quorum_timeout, "quorum_timeout"),
@@ -270,10 +271,16 @@ class Manager:
         manager holds the buffer until shutdown. Every rank of every group
         registers the same names, sizes and order, before the first
         start_quorum (torchft's register_state_dict_fn, for memory rather
-        than callbacks)."""
+        than callbacks). A tensor whose storage is replaced afterwards
+        (``p.data = ...``) is not followed."""
         if not isinstance(name, str):
             raise InvalidArgumentError(f"`name` must be a str, not {type(name).__name__}")
         self._m.register_state(name, buffer)
+        # A torch tensor's memory is its storage's: hold that too, so that
+        # `p.data = ...` later cannot free what the manager writes into.
+        storage = getattr(buffer, "untyped_storage", None) or getattr(buffer, "storage", None)
+        if callable(storage) and hasattr(buffer, "data_ptr"):
+            self._keep.append(storage())
 
     # ---- the step ----------------------------------------------------------
 
@@ -372,6 +379,7 @@ class Manager:
         """Stops the manager (gang_manager_destroy) and lets go of the
         registered buffers; the managed gang is closed with it."""
         self._m.close()
+        self._keep.clear()
 
     close = shutdown
 
