@@ -20,7 +20,7 @@ import pytest
 
 import gang
 from gang import ft
-from conftest import HERE, PYTHON, env
+from conftest import GANGRUN, HERE, PYTHON, env, run
 
 # Short timeouts keep the kill test well under a minute.
 HEARTBEAT_TIMEOUT_MS = 1000
@@ -301,6 +301,27 @@ def test_manager_needs_a_lighthouse(monkeypatch):
     monkeypatch.delenv("GANG_LIGHTHOUSE", raising=False)
     with pytest.raises(gang.InvalidArgumentError, match="lighthouse"):
         ft.Manager()
+
+
+def test_replica_groups_under_gangrun():
+    """Two replica groups of two ranks under `gangrun --replica-groups`:
+    the manager over each group's gang, the lighthouse gangrun hosts, and
+    rank r of both groups ending with the same shard."""
+    out = run([GANGRUN, "--replica-groups", "2", "--nproc-per-node", "2", "--master-port", "0", PYTHON,
+               os.path.join(HERE, "workers", "ft_group.py"), "20"], timeout=120)
+    done = {}
+    for line in out.splitlines():
+        if "]:done " in line:
+            fields = dict(kv.split("=", 1) for kv in line.split("]:done ", 1)[1].split())
+            done.setdefault(fields["rank"], []).append(fields)
+    assert sorted(done) == ["0", "1"] and all(len(v) == 2 for v in done.values()), out
+    for rank, groups in done.items():
+        assert {g["step"] for g in groups} == {"20"}, out
+        # One group may start alone and the other heal from it: the
+        # batches (participants summed over the steps) are healed too.
+        assert len({g["batches"] for g in groups}) == 1 and 20 <= int(groups[0]["batches"]) <= 40, out
+        assert len({g["hash"] for g in groups}) == 1, out  # rank r healed from rank r
+    assert done["0"][0]["hash"] != done["1"][0]["hash"]  # shards of their own
 
 
 # ---- replicas killed and restarted -------------------------------------------------
