@@ -12,9 +12,9 @@ jobs=$(nproc 2>/dev/null || echo 2)
 
 cmake -S . -B build/release -DCMAKE_BUILD_TYPE=Release -DGANG_BUILD_TESTS=ON >/dev/null
 cmake --build build/release -j "$jobs"
-cmake -S . -B build/asan -DCMAKE_BUILD_TYPE=Debug -DGANG_SANITIZE=address >/dev/null
+cmake -S . -B build/asan -DCMAKE_BUILD_TYPE=Debug -DGANG_SANITIZE=address -DGANG_BUILD_TESTS=ON >/dev/null
 cmake --build build/asan -j "$jobs"
-cmake -S . -B build/tsan -DCMAKE_BUILD_TYPE=Debug -DGANG_SANITIZE=thread >/dev/null
+cmake -S . -B build/tsan -DCMAKE_BUILD_TYPE=Debug -DGANG_SANITIZE=thread -DGANG_BUILD_TESTS=ON >/dev/null
 cmake --build build/tsan -j "$jobs"
 
 # halt_on_error keeps a sanitizer finding from scrolling past as a pass.
