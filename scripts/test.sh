@@ -19,9 +19,9 @@ jobs=$(nproc 2>/dev/null || echo 2)
 py="-DPython3_EXECUTABLE=/usr/bin/python3"
 cmake -S . -B build/release -DCMAKE_BUILD_TYPE=Release -DGANG_BUILD_TESTS=ON "$py" >/dev/null
 cmake --build build/release -j "$jobs"
-cmake -S . -B build/asan -DCMAKE_BUILD_TYPE=Debug -DGANG_SANITIZE=address -DGANG_PYTHON=OFF >/dev/null
+cmake -S . -B build/asan -DCMAKE_BUILD_TYPE=Debug -DGANG_SANITIZE=address -DGANG_BUILD_TESTS=ON -DGANG_PYTHON=OFF >/dev/null
 cmake --build build/asan -j "$jobs"
-cmake -S . -B build/tsan -DCMAKE_BUILD_TYPE=Debug -DGANG_SANITIZE=thread -DGANG_PYTHON=OFF >/dev/null
+cmake -S . -B build/tsan -DCMAKE_BUILD_TYPE=Debug -DGANG_SANITIZE=thread -DGANG_BUILD_TESTS=ON -DGANG_PYTHON=OFF >/dev/null
 cmake --build build/tsan -j "$jobs"
 
 # As root the two-host test (network namespaces) must run, not skip: it

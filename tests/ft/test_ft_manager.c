@@ -184,7 +184,7 @@ static void spawn_group(procs *ps, const run_cfg *c, int g, int inc) {
     pid_t pid = fork();
     if (pid == 0) {
       alarm(120); /* no child outlives a broken test */
-      _exit(replica_main(c, g, inc, r));
+      gt_child_exit(replica_main(c, g, inc, r));
     }
     assert_true(pid > 0);
     ps->pid[ps->n] = pid;
