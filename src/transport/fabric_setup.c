@@ -78,6 +78,22 @@ static gang_status hello_check(const gang__fabric *f, const hello *h,
   return GANG_OK;
 }
 
+/* Decodes and checks the hello b from `who` (the peer-facing bytes of
+ * setup): `want_rank` >= 0 is the rank connected to; < 0, a connection
+ * accepted from any higher rank not yet connected. *them is the decoded
+ * hello, whatever the outcome. */
+static gang_status hello_accept(const gang__fabric *f, const uint8_t *b,
+                                const uint8_t *token, int want_rank,
+                                const char *who, hello *them) {
+  hello_decode(b, them);
+  GANG_CHECK(hello_check(f, them, token, want_rank, who));
+  if (want_rank < 0 &&
+      ((int)them->rank <= f->rank || f->conns[them->rank].fd >= 0))
+    return gang__error(GANG_PROTOCOL, "%s claims rank %u twice or out of order",
+                       who, them->rank);
+  return GANG_OK;
+}
+
 /* GANG_SOCKET_BUFFER: fixed socket buffers instead of autotuning (the
  * kernel caps them at net.core.{w,r}mem_max). Best effort. */
 static void set_sockbuf(const gang__fabric *f, int fd) {
@@ -229,8 +245,7 @@ static gang_status connect_lower(gang__fabric *f,
     st = gang__sock_read_full(fd, b, HELLO_LEN, cfg->deadline, -1, c->name);
   if (st == GANG_OK) {
     hello them;
-    hello_decode(b, &them);
-    st = hello_check(f, &them, token, peer, c->name);
+    st = hello_accept(f, b, token, peer, c->name, &them);
   }
   if (st == GANG_OK)
     st = tune_connection(f, c, fd);
@@ -269,12 +284,7 @@ static int take_hello(gang__fabric *f, const gang__fabric_config *cfg,
   char who[64];
   snprintf(who, sizeof who, "an incoming connection to rank %d", f->rank);
   hello them;
-  hello_decode(p->b, &them);
-  gang_status s = hello_check(f, &them, token, -1, who);
-  if (s == GANG_OK &&
-      ((int)them.rank <= f->rank || f->conns[them.rank].fd >= 0))
-    s = gang__error(GANG_PROTOCOL, "%s claims rank %u twice or out of order",
-                    who, them.rank);
+  gang_status s = hello_accept(f, p->b, token, -1, who, &them);
   if (s != GANG_OK) {
     /* Refuse it and keep waiting for the real peers. */
     GANG_WARN(TCP, "refused a fabric connection: %s", gang_last_error());
