@@ -419,13 +419,15 @@ static gang_status world_token(gang__fabric *f, gang_store *st,
   return GANG_OK;
 }
 
-gang_status gang__fabric_create(const gang__fabric_config *cfg,
-                                gang__fabric **out) {
+/* A fabric of `size` ranks seen from `rank`, with no connections yet
+ * (every fd -1): its lock, its connections' queues and stages, the
+ * settings it runs by and its wake fd. On failure everything is freed. */
+static gang_status fabric_alloc(int rank, int size, gang__fabric **out) {
   gang__fabric *f = calloc(1, sizeof *f);
   if (f == NULL)
     return gang__error(GANG_NO_MEMORY, "fabric: out of memory");
-  f->rank = cfg->rank;
-  f->size = cfg->size;
+  f->rank = rank;
+  f->size = size;
   f->wakefd = -1;
   pthread_mutex_init(&f->mu, NULL);
   pthread_condattr_t ca;
@@ -433,21 +435,20 @@ gang_status gang__fabric_create(const gang__fabric_config *cfg,
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
   pthread_cond_init(&f->cv, &ca);
   pthread_condattr_destroy(&ca);
-  f->conns = calloc((size_t)cfg->size, sizeof *f->conns);
-  int lfd = -1;
+  f->conns = calloc((size_t)size, sizeof *f->conns);
   gang_status st = GANG_OK;
   if (f->conns == NULL) {
     st = gang__error(GANG_NO_MEMORY, "fabric: out of memory");
     goto fail;
   }
-  for (int p = 0; p < cfg->size; p++) {
+  for (int p = 0; p < size; p++) {
     f->conns[p].fd = -1;
     f->conns[p].peer = p;
     TAILQ_INIT(&f->conns[p].sq);
     TAILQ_INIT(&f->conns[p].posted);
     TAILQ_INIT(&f->conns[p].uq);
     SLIST_INIT(&f->conns[p].spares);
-    if (p != cfg->rank && (f->conns[p].stage = malloc(STAGE_CAP)) == NULL) {
+    if (p != rank && (f->conns[p].stage = malloc(STAGE_CAP)) == NULL) {
       st = gang__error(GANG_NO_MEMORY, "fabric: out of memory");
       goto fail;
     }
@@ -491,6 +492,46 @@ gang_status gang__fabric_create(const gang__fabric_config *cfg,
     st = gang__error_errno(GANG_SYSTEM, errno, "fabric: eventfd");
     goto fail;
   }
+  *out = f;
+  return GANG_OK;
+fail:
+  gang__fabric_destroy(f);
+  return st;
+}
+
+gang_status gang__fabric_create_connected(int rank, int size, const int *fds,
+                                          gang__fabric **out) {
+  gang__fabric *f = NULL;
+  gang_status st;
+  if (size < 1 || rank < 0 || rank >= size)
+    st = gang__error(GANG_INVALID_ARGUMENT,
+                     "fabric: rank %d of a world of %d", rank, size);
+  else
+    st = fabric_alloc(rank, size, &f);
+  if (st != GANG_OK) {
+    for (int p = 0; p < size; p++)
+      if (p != rank && fds[p] >= 0)
+        close(fds[p]);
+    return st;
+  }
+  for (int p = 0; p < size; p++) {
+    if (p == rank)
+      continue;
+    conn *c = &f->conns[p];
+    c->fd = fds[p];
+    c->piece = f->piece; /* no congestion control to choose it by */
+    snprintf(c->name, sizeof c->name, "rank %d", p);
+  }
+  *out = f;
+  return GANG_OK;
+}
+
+gang_status gang__fabric_create(const gang__fabric_config *cfg,
+                                gang__fabric **out) {
+  gang__fabric *f = NULL;
+  GANG_CHECK(fabric_alloc(cfg->rank, cfg->size, &f));
+  int lfd = -1;
+  gang_status st = GANG_OK;
   if (cfg->size == 1) { /* nobody to meet */
     *out = f;
     return GANG_OK;
