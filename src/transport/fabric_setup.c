@@ -448,6 +448,10 @@ static gang_status fabric_alloc(int rank, int size, gang__fabric **out) {
     TAILQ_INIT(&f->conns[p].posted);
     TAILQ_INIT(&f->conns[p].uq);
     SLIST_INIT(&f->conns[p].spares);
+  }
+  /* Only once every fd is -1: destroying a fabric whose stages could not
+   * all be had must not close the calloc'd 0 of the connections after. */
+  for (int p = 0; p < size; p++) {
     if (p != rank && (f->conns[p].stage = malloc(STAGE_CAP)) == NULL) {
       st = gang__error(GANG_NO_MEMORY, "fabric: out of memory");
       goto fail;
