@@ -72,7 +72,10 @@ static gang_status hello_check(const gang__fabric *f, const hello *h,
   if ((int)h->size != f->size)
     return gang__error(GANG_MISMATCH, "%s has world size %u, this rank %d", who,
                        h->size, f->size);
-  if ((int)h->rank >= f->size || (want_rank >= 0 && (int)h->rank != want_rank))
+  if (h->rank >= (uint32_t)f->size)
+    return gang__error(GANG_PROTOCOL, "%s claims rank %u of a world of %d",
+                       who, h->rank, f->size);
+  if (want_rank >= 0 && (int)h->rank != want_rank)
     return gang__error(GANG_PROTOCOL, "%s claims rank %u, expected %d", who,
                        h->rank, want_rank);
   return GANG_OK;
