@@ -249,6 +249,108 @@ static void test_stopped_peer_times_out(void **state) {
   assert_int_equal(named, 3);
 }
 
+/* ---- a stopped store host ------------------------------------------------ */
+
+/* Rank 0 hosts the store in its own process, as gang_create_default's rank
+ * 0 does without a launcher; stopping rank 0 stops the store with it. The
+ * survivors' diagnosis after the timeout asks that store, and must not
+ * wait on it beyond the error path's bound: the timeout + 1 s. */
+#define HOST_STOP_TIMEOUT_MS 2000
+
+typedef struct host_stop_state {
+  atomic_int port;    /* the store's port once rank 0 hosts it */
+  atomic_int entered; /* survivors about to enter the all_reduce */
+  atomic_int done;    /* survivors finished */
+} host_stop_state;
+
+/* In a grandchild: hosts the store, joins as rank 0, then never enters a
+ * collective. */
+static void store_host_victim(host_stop_state *hs, int size) {
+  gang_store_server_options so = GANG_STORE_SERVER_OPTIONS_INIT;
+  so.secret = "";
+  gang_store_server *srv = NULL;
+  RCHECK_OK(gang_store_server_start(&so, &srv));
+  atomic_store(&hs->port, gang_store_server_port(srv));
+  char addr[96];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d/host-stop",
+           gang_store_server_port(srv));
+  gang_options o = GANG_OPTIONS_INIT;
+  o.timeout_ms = HOST_STOP_TIMEOUT_MS;
+  gang_t *g = NULL;
+  RCHECK_OK(gang_create_with_store(&o, addr, 0, size, &g));
+  for (;;)
+    pause();
+}
+
+/* Waits (bounded) until *v reaches at least `want`. */
+static bool wait_at_least(atomic_int *v, int want, double limit_s) {
+  double t0 = now_s();
+  while (atomic_load(v) < want) {
+    if (now_s() - t0 > limit_s)
+      return false;
+    struct timespec ts = {0, 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  return true;
+}
+
+static int stop_host_rank(int rank, int size, void *arg) {
+  host_stop_state *hs = arg;
+  if (rank == 0) {
+    pid_t v = fork();
+    RCHECK(v >= 0);
+    if (v == 0)
+      store_host_victim(hs, size);
+    RCHECK(wait_at_least(&hs->entered, size - 1, 30));
+    kill(v, SIGSTOP);
+    int wst;
+    RCHECK(waitpid(v, &wst, WUNTRACED) == v && WIFSTOPPED(wst));
+    /* Stopped, not dead, until every survivor has its answer. */
+    (void)wait_at_least(&hs->done, size - 1, 30);
+    kill(v, SIGKILL);
+    kill(v, SIGCONT);
+    int st;
+    RCHECK(waitpid(v, &st, 0) == v);
+    return 0;
+  }
+  RCHECK(wait_at_least(&hs->port, 1, 30));
+  char addr[96];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d/host-stop", atomic_load(&hs->port));
+  gang_options o = GANG_OPTIONS_INIT;
+  o.timeout_ms = HOST_STOP_TIMEOUT_MS;
+  gang_t *g = NULL;
+  RCHECK_OK(gang_create_with_store(&o, addr, rank, size, &g));
+  atomic_fetch_add(&hs->entered, 1);
+  float x[4] = {1, 2, 3, 4};
+  double t0 = now_s();
+  gang_status st = gang_all_reduce(g, x, 4, GANG_FLOAT32, GANG_SUM);
+  double took = now_s() - t0;
+  fprintf(stderr, "rank %d: %s after %.3f s: %s\n", rank, gang_status_name(st),
+          took, gang_last_error());
+  RCHECK(st == GANG_TIMEOUT);
+  /* The whole error path, diagnosis included, within the timeout + 1 s. */
+  RCHECK(took < HOST_STOP_TIMEOUT_MS / 1000.0 + 1.0);
+  char named[64];
+  snprintf(named, sizeof named, "all_reduce #1 (gang rank %d/%d", rank, size);
+  RCHECK(strstr(gang_last_error(), named) != NULL);
+  gang_destroy(g);
+  atomic_fetch_add(&hs->done, 1);
+  return 0;
+}
+
+static void test_stopped_store_host_times_out(void **state) {
+  (void)state;
+  host_stop_state *hs = mmap(NULL, sizeof *hs, PROT_READ | PROT_WRITE,
+                             MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  assert_true(hs != MAP_FAILED);
+  atomic_init(&hs->port, 0);
+  atomic_init(&hs->entered, 0);
+  atomic_init(&hs->done, 0);
+  int rc = gt_run_ranks(4, stop_host_rank, hs, 60000);
+  munmap(hs, sizeof *hs);
+  assert_int_equal(rc, 0);
+}
+
 /* ---- abort from another thread ------------------------------------------- */
 
 static void *abort_later(void *arg) {
@@ -744,6 +846,7 @@ int main(void) {
       GT_TEST(test_kill9_during_staged_all_reduce),
       GT_TEST(test_kill9_during_tcp_all_reduce),
       GT_TEST(test_stopped_peer_times_out),
+      GT_TEST(test_stopped_store_host_times_out),
       GT_TEST(test_abort_from_thread),
       GT_TEST(test_mismatched_counts),
       GT_TEST(test_mismatched_small_counts),
