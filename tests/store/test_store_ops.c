@@ -2,7 +2,9 @@
  * their timing, waits woken by every kind of write, prefixes, and what a
  * client sees when the server goes away. */
 #include <pthread.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 
 #include "harness/harness.h"
@@ -340,6 +342,46 @@ static void test_server_stop_mid_wait(void **state) {
   gang_store_close(st);
 }
 
+/* A stopped server (a stopped rank hosting it) answers nothing. A call
+ * that does not wait for keys gets no more than its handle's deadline, and
+ * a prefix view's own timeout is the one that counts, not that of the
+ * connection under it (30 s here). */
+static void test_stopped_server_bounds_every_call(void **state) {
+  (void)state;
+  gt_store_proc sp = gt_store_proc_start(NULL);
+  char addr[96];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d/view", sp.port);
+  gang_store_options o = GANG_STORE_OPTIONS_INIT;
+  o.timeout_ms = 30000;
+  o.secret = "";
+  gang_store *view = NULL, *plain = NULL;
+  assert_gang_ok(gang_store_connect(addr, &o, &view));
+  assert_gang_ok(gang_store_set_timeout(view, 200));
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", sp.port);
+  o.timeout_ms = 300;
+  assert_gang_ok(gang_store_connect(addr, &o, &plain));
+  assert_gang_ok(gang_store_set(view, "a", "1", 1));
+  /* Stopped for good once waitpid says so (all of its threads). */
+  assert_int_equal(kill(sp.pid, SIGSTOP), 0);
+  int wst;
+  assert_int_equal(waitpid(sp.pid, &wst, WUNTRACED), sp.pid);
+  assert_true(WIFSTOPPED(wst));
+  int64_t t0 = gang__now_ns();
+  assert_int_equal(gang_store_set(view, "b", "2", 1), GANG_TIMEOUT);
+  int64_t ms = elapsed_ms(t0);
+  assert_non_null(strstr(gang_last_error(), "did not answer"));
+  assert_true(ms >= 190 && ms < 700);
+  t0 = gang__now_ns();
+  int64_t n;
+  assert_int_equal(gang_store_num_keys(plain, &n), GANG_TIMEOUT);
+  ms = elapsed_ms(t0);
+  assert_true(ms >= 290 && ms < 800);
+  assert_int_equal(kill(sp.pid, SIGCONT), 0);
+  gang_store_close(view);
+  gang_store_close(plain);
+  gt_store_proc_stop(&sp);
+}
+
 static void test_unreachable(void **state) {
   (void)state;
   /* A port nobody listens on: bind one, note it, close it. */
@@ -398,6 +440,7 @@ int main(void) {
       GT_TEST(test_waits_woken_by_every_write),
       GT_TEST(test_prefix_views),
       GT_TEST(test_server_stop_mid_wait),
+      GT_TEST(test_stopped_server_bounds_every_call),
       GT_TEST(test_unreachable),
       GT_TEST(test_ipv6_and_port_in_use),
   };
