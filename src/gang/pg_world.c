@@ -105,9 +105,9 @@ static gang_status create(const gang_options *opts, const char *store_addr,
       gang__fabric_set_oversubscribed(w->fabric);
   }
   /* After setup the store only serves timeout diagnoses, which must not
-   * wait longer than their own budget (at most 1 s) on a lost store. */
+   * wait longer than their own budget on a lost or stopped store. */
   if (w->store != NULL)
-    gang_store_set_timeout(w->store, 2000);
+    gang_store_set_timeout(w->store, gang__pg_diag_budget_ms(timeout_ms));
   int *map = malloc(sizeof *map * (size_t)size);
   if (map == NULL) {
     st = gang__error(GANG_NO_MEMORY, "gang: out of memory");
@@ -177,8 +177,7 @@ gang_status gang_create_default(const gang_options *opts, gang_t **out) {
   gang_store_server *server = NULL;
   if (info.world_size > 1 && info.rank == 0 &&
       getenv("GANG_STORE_ADDR") == NULL && given == NULL &&
-      strncmp(base, "file://", 7) != 0 &&
-      strncmp(base, "torch://", 8) != 0) {
+      strncmp(base, "file://", 7) != 0 && strncmp(base, "torch://", 8) != 0) {
     if (info.master_port == 0)
       return gang__error(GANG_INVALID_ARGUMENT,
                          "%s: rank 0 must host the store but MASTER_PORT is "
