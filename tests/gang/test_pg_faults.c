@@ -249,6 +249,64 @@ static void test_stopped_peer_times_out(void **state) {
   assert_int_equal(named, 3);
 }
 
+/* ---- works queued behind a timed-out one ----------------------------------
+ */
+
+/* After a timeout, works that were queued behind the timed-out one fail
+ * without running: they must not each wait for a diagnosis of their own
+ * (who reached a collective nobody ran), or the error path grows by the
+ * diagnosis budget (500 ms at this timeout) per queued work. */
+#define QUEUED_TIMEOUT_MS 5000
+
+static int queued_rank(int rank, int size, void *arg) {
+  stop_state *ss = arg;
+  if (rank == 1) {
+    pid_t v = spawn_victim(rank, size, hang, QUEUED_TIMEOUT_MS);
+    kill(v, SIGSTOP);
+    double t0 = now_s();
+    while (atomic_load(&ss->done) < 1 && now_s() - t0 < 30) {
+      struct timespec ts = {0, 5 * 1000 * 1000};
+      nanosleep(&ts, NULL);
+    }
+    kill(v, SIGKILL);
+    kill(v, SIGCONT);
+    int st;
+    RCHECK(waitpid(v, &st, 0) == v);
+    return 0;
+  }
+  gang_t *g = join(rank, size, QUEUED_TIMEOUT_MS);
+  float x[3][4] = {{1}, {2}, {3}};
+  gang_work *w[3];
+  double t0 = now_s();
+  for (int i = 0; i < 3; i++)
+    RCHECK_OK(gang_all_reduce_post(g, x[i], 4, GANG_FLOAT32, GANG_SUM, &w[i]));
+  for (int i = 0; i < 3; i++) {
+    gang_status st = gang_work_wait(w[i], -1);
+    double took = now_s() - t0;
+    fprintf(stderr, "work %d: %s after %.3f s: %s\n", i, gang_status_name(st),
+            took, gang_last_error());
+    RCHECK(st == GANG_TIMEOUT);
+    gang_work_free(w[i]);
+  }
+  double took = now_s() - t0;
+  RCHECK(took < QUEUED_TIMEOUT_MS / 1000.0 + 1.0);
+  gang_destroy(g);
+  atomic_fetch_add(&ss->done, 1);
+  return 0;
+}
+
+static void test_works_queued_behind_a_timeout(void **state) {
+  (void)state;
+  g_round++;
+  stop_state *ss = mmap(NULL, sizeof *ss, PROT_READ | PROT_WRITE,
+                        MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  assert_true(ss != MAP_FAILED);
+  atomic_init(&ss->done, 0);
+  int rc = gt_run_ranks(2, queued_rank, ss, 60000);
+  munmap(ss, sizeof *ss);
+  assert_int_equal(rc, 0);
+}
+
 /* ---- a stopped store host ------------------------------------------------ */
 
 /* Rank 0 hosts the store in its own process, as gang_create_default's rank
@@ -847,6 +905,7 @@ int main(void) {
       GT_TEST(test_kill9_during_tcp_all_reduce),
       GT_TEST(test_stopped_peer_times_out),
       GT_TEST(test_stopped_store_host_times_out),
+      GT_TEST(test_works_queued_behind_a_timeout),
       GT_TEST(test_abort_from_thread),
       GT_TEST(test_mismatched_counts),
       GT_TEST(test_mismatched_small_counts),
