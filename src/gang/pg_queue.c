@@ -18,12 +18,16 @@
 static void run_one(gang_t *g, gang_work *w) {
   pg *p = g->impl;
   const gang__coll *c = &w->coll;
+  /* A collective that starts on a failed world fails without running:
+   * who reached it says nothing, and a diagnosis of each one queued
+   * behind a timeout would add its budget to the error path every time. */
+  bool ran = gang__fabric_status(p->w->fabric, NULL, 0) == GANG_OK;
   gang_status st = gang__pg_execute(g, w);
   /* Every path reduces MEAN as a SUM; the division happens once, here. */
   if (st == GANG_OK && c->op == GANG_MEAN &&
       (c->kind == GANG_COLL_ALL_REDUCE || c->kind == GANG_COLL_REDUCE_SCATTER))
     gang__reduce_mean_finish(c->out, c->count, c->dtype, g->size);
-  if (st == GANG_TIMEOUT)
+  if (st == GANG_TIMEOUT && ran)
     gang__pg_diagnose_timeout(g, w);
   /* A failure found before any byte moved (a bad split, no memory) must
    * still reach the peers, or they wait for this rank until their
