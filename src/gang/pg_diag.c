@@ -26,7 +26,8 @@ int64_t gang__pg_diag_budget_ms(int64_t timeout_ms) {
  * others' marks, and adds to the error who reached the collective and who
  * did not answer (a hung or stopped rank never marks). A store that does
  * not take the mark within the budget ends the diagnosis: the error says
- * so instead. */
+ * so instead, and names the rank whose process hosts that store, if one
+ * does: it is not answering either. */
 void gang__pg_diagnose_timeout(gang_t *g, const gang_work *w) {
   pg *p = g->impl;
   gang_store *st = p->w->store;
@@ -39,9 +40,14 @@ void gang__pg_diagnose_timeout(gang_t *g, const gang_work *w) {
   snprintf(mine, sizeof mine, "diag/%" PRIx64 "/%" PRIu64 "/%d", p->ctx, w->seq,
            g->rank);
   if (gang_store_set(st, mine, "1", 1) != GANG_OK) {
-    gang__error(GANG_TIMEOUT,
-                "%s [no diagnosis of who reached %s #%" PRIu64 ": %s]", detail,
-                gang__coll_name(w->coll.kind), w->seq, gang_last_error());
+    char host[96] = "";
+    if (p->w->store_host >= 0)
+      snprintf(host, sizeof host,
+               "; world rank %d hosts the store and does not answer either",
+               p->w->store_host);
+    gang__error(
+        GANG_TIMEOUT, "%s [no diagnosis of who reached %s #%" PRIu64 ": %s%s]",
+        detail, gang__coll_name(w->coll.kind), w->seq, gang_last_error(), host);
     return;
   }
   char **keys = calloc((size_t)g->size, sizeof *keys);

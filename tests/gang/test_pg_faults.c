@@ -6,6 +6,7 @@
  * with the same status, and nothing may leak: no fd, no child, nothing in
  * /dev/shm. The ranks share this host, so collectives go over shared
  * memory unless a test sets GANG_SHM_DISABLE. */
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <ifaddrs.h>
@@ -309,35 +310,34 @@ static void test_works_queued_behind_a_timeout(void **state) {
 
 /* ---- a stopped store host ------------------------------------------------ */
 
-/* Rank 0 hosts the store in its own process, as gang_create_default's rank
- * 0 does without a launcher; stopping rank 0 stops the store with it. The
- * survivors' diagnosis after the timeout asks that store, and must not
- * wait on it beyond the error path's bound: the timeout + 1 s. */
+/* Rank 0 of gang_create_default hosts the store in its own process when
+ * no launcher does; stopping rank 0 stops the store with it. The
+ * survivors' diagnosis after the timeout asks that store: it must not
+ * wait on it beyond the error path's bound (the timeout + 1 s), and the
+ * error must say that rank 0, the store's host, does not answer. */
 #define HOST_STOP_TIMEOUT_MS 2000
 
 typedef struct host_stop_state {
-  atomic_int port;    /* the store's port once rank 0 hosts it */
+  int port;           /* MASTER_PORT: free when the test began */
   atomic_int entered; /* survivors about to enter the all_reduce */
   atomic_int done;    /* survivors finished */
 } host_stop_state;
 
-/* In a grandchild: hosts the store, joins as rank 0, then never enters a
- * collective. */
-static void store_host_victim(host_stop_state *hs, int size) {
-  gang_store_server_options so = GANG_STORE_SERVER_OPTIONS_INIT;
-  so.secret = "";
-  gang_store_server *srv = NULL;
-  RCHECK_OK(gang_store_server_start(&so, &srv));
-  atomic_store(&hs->port, gang_store_server_port(srv));
-  char addr[96];
-  snprintf(addr, sizeof addr, "127.0.0.1:%d/host-stop",
-           gang_store_server_port(srv));
+/* gang_create_default as torchrun's environment has it. */
+static gang_t *join_default(const host_stop_state *hs, int rank, int size) {
+  char v[32];
+  snprintf(v, sizeof v, "%d", rank);
+  setenv("RANK", v, 1);
+  snprintf(v, sizeof v, "%d", size);
+  setenv("WORLD_SIZE", v, 1);
+  setenv("MASTER_ADDR", "127.0.0.1", 1);
+  snprintf(v, sizeof v, "%d", hs->port);
+  setenv("MASTER_PORT", v, 1);
   gang_options o = GANG_OPTIONS_INIT;
   o.timeout_ms = HOST_STOP_TIMEOUT_MS;
   gang_t *g = NULL;
-  RCHECK_OK(gang_create_with_store(&o, addr, 0, size, &g));
-  for (;;)
-    pause();
+  RCHECK_OK(gang_create_default(&o, &g));
+  return g;
 }
 
 /* Waits (bounded) until *v reaches at least `want`. */
@@ -355,10 +355,14 @@ static bool wait_at_least(atomic_int *v, int want, double limit_s) {
 static int stop_host_rank(int rank, int size, void *arg) {
   host_stop_state *hs = arg;
   if (rank == 0) {
+    /* In a grandchild: hosts the store, joins, never enters a collective. */
     pid_t v = fork();
     RCHECK(v >= 0);
-    if (v == 0)
-      store_host_victim(hs, size);
+    if (v == 0) {
+      (void)join_default(hs, 0, size);
+      for (;;)
+        pause();
+    }
     RCHECK(wait_at_least(&hs->entered, size - 1, 30));
     kill(v, SIGSTOP);
     int wst;
@@ -371,13 +375,7 @@ static int stop_host_rank(int rank, int size, void *arg) {
     RCHECK(waitpid(v, &st, 0) == v);
     return 0;
   }
-  RCHECK(wait_at_least(&hs->port, 1, 30));
-  char addr[96];
-  snprintf(addr, sizeof addr, "127.0.0.1:%d/host-stop", atomic_load(&hs->port));
-  gang_options o = GANG_OPTIONS_INIT;
-  o.timeout_ms = HOST_STOP_TIMEOUT_MS;
-  gang_t *g = NULL;
-  RCHECK_OK(gang_create_with_store(&o, addr, rank, size, &g));
+  gang_t *g = join_default(hs, rank, size);
   atomic_fetch_add(&hs->entered, 1);
   float x[4] = {1, 2, 3, 4};
   double t0 = now_s();
@@ -391,9 +389,25 @@ static int stop_host_rank(int rank, int size, void *arg) {
   char named[64];
   snprintf(named, sizeof named, "all_reduce #1 (gang rank %d/%d", rank, size);
   RCHECK(strstr(gang_last_error(), named) != NULL);
+  RCHECK(strstr(gang_last_error(), "world rank 0 hosts the store") != NULL);
   gang_destroy(g);
   atomic_fetch_add(&hs->done, 1);
   return 0;
+}
+
+/* A port nobody listens on now. */
+static int free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof a;
+  int port = -1;
+  if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+      getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+    port = ntohs(a.sin_port);
+  if (fd >= 0)
+    close(fd);
+  return port;
 }
 
 static void test_stopped_store_host_times_out(void **state) {
@@ -401,7 +415,8 @@ static void test_stopped_store_host_times_out(void **state) {
   host_stop_state *hs = mmap(NULL, sizeof *hs, PROT_READ | PROT_WRITE,
                              MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   assert_true(hs != MAP_FAILED);
-  atomic_init(&hs->port, 0);
+  hs->port = free_port();
+  assert_true(hs->port > 0);
   atomic_init(&hs->entered, 0);
   atomic_init(&hs->done, 0);
   int rc = gt_run_ranks(4, stop_host_rank, hs, 60000);
