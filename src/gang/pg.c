@@ -121,10 +121,16 @@ static gang_status pg_subgang(gang_t *g, const int *ranks, int n, int index,
   return st;
 }
 
+/* Peers learn of the abort through the world, where a sub-gang's rank
+ * means nothing: it names the world rank too when they differ. */
 static void pg_abort(gang_t *g) {
   pg *p = g->impl;
   char why[128];
-  snprintf(why, sizeof why, "gang_abort on gang rank %d/%d", g->rank, g->size);
+  int n = snprintf(why, sizeof why, "gang_abort on gang rank %d/%d", g->rank,
+                   g->size);
+  if (p->map[g->rank] != g->rank && n > 0 && (size_t)n < sizeof why)
+    snprintf(why + n, sizeof why - (size_t)n, " (world rank %d)",
+             p->map[g->rank]);
   gang__fabric_fail(p->w->fabric, GANG_ABORTED, why);
 }
 

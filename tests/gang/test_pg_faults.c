@@ -468,6 +468,37 @@ static void test_abort_from_thread(void **state) {
   assert_int_equal(gt_run_ranks(2, abort_rank, NULL, 30000), 0);
 }
 
+/* A sub-gang's abort reaches the whole world, where its rank in the
+ * sub-gang means nothing: peers learn the world rank that aborted. */
+static int subgang_abort_rank(int rank, int size, void *arg) {
+  (void)arg;
+  gang_t *g = join(rank, size, 60000);
+  gang_t *sub = NULL;
+  RCHECK_OK(gang_split(g, rank / 2, rank, &sub));
+  if (rank == 3)
+    gang_abort(sub); /* gang rank 1 of {2, 3} */
+  /* A barrier every rank reached (rank 3's may begin before it sees its
+   * own abort) may still succeed on some: the abort shows on a later
+   * call. */
+  gang_status st = GANG_OK;
+  for (int i = 0; i < 100 && st == GANG_OK; i++)
+    st = gang_barrier(g);
+  fprintf(stderr, "rank %d: %s: %s\n", rank, gang_status_name(st),
+          gang_last_error());
+  RCHECK(st == GANG_ABORTED);
+  if (rank != 3)
+    RCHECK(strstr(gang_last_error(), "gang rank 1/2 (world rank 3)") != NULL);
+  gang_destroy(sub);
+  gang_destroy(g);
+  return 0;
+}
+
+static void test_abort_of_a_subgang(void **state) {
+  (void)state;
+  g_round++;
+  assert_int_equal(gt_run_ranks(4, subgang_abort_rank, NULL, 30000), 0);
+}
+
 /* ---- ranks disagree --------------------------------------------------------
  */
 
@@ -922,6 +953,7 @@ int main(void) {
       GT_TEST(test_stopped_store_host_times_out),
       GT_TEST(test_works_queued_behind_a_timeout),
       GT_TEST(test_abort_from_thread),
+      GT_TEST(test_abort_of_a_subgang),
       GT_TEST(test_mismatched_counts),
       GT_TEST(test_mismatched_small_counts),
       GT_TEST(test_barrier_against_all_reduce),
