@@ -20,14 +20,28 @@ int64_t gang__pg_diag_budget_ms(int64_t timeout_ms) {
   return b < 100 ? 100 : b > 500 ? 500 : b;
 }
 
+/* The store failed the diagnosis: the error says so, with the store's
+ * failure, and names the rank whose process hosts the store, if one does:
+ * a store that does not answer means that rank does not either. */
+static void no_diagnosis(pg *p, const char *detail, const gang_work *w) {
+  char host[96] = "";
+  if (p->w->store_host >= 0)
+    snprintf(host, sizeof host, "; world rank %d hosts the store%s",
+             p->w->store_host,
+             gang_last_status() == GANG_TIMEOUT ? " and does not answer either"
+                                                : "");
+  gang__error(GANG_TIMEOUT,
+              "%s [no diagnosis of who reached %s #%" PRIu64 ": %s%s]", detail,
+              gang__coll_name(w->coll.kind), w->seq, gang_last_error(), host);
+}
+
 /* After a collective timed out (here or on a peer that told us), find out
  * which ranks of the gang reached it: each rank that gets the timeout marks
  * "diag/<ctx>/<seq>/<rank>" in the store, waits up to the budget for the
  * others' marks, and adds to the error who reached the collective and who
- * did not answer (a hung or stopped rank never marks). A store that does
- * not take the mark within the budget ends the diagnosis: the error says
- * so instead, and names the rank whose process hosts that store, if one
- * does: it is not answering either. */
+ * did not answer (a hung or stopped rank never marks). A store that fails
+ * on the way (it does not answer in time, or its host left) ends the
+ * diagnosis: the error says so instead (no_diagnosis). */
 void gang__pg_diagnose_timeout(gang_t *g, const gang_work *w) {
   pg *p = g->impl;
   gang_store *st = p->w->store;
@@ -40,14 +54,7 @@ void gang__pg_diagnose_timeout(gang_t *g, const gang_work *w) {
   snprintf(mine, sizeof mine, "diag/%" PRIx64 "/%" PRIu64 "/%d", p->ctx, w->seq,
            g->rank);
   if (gang_store_set(st, mine, "1", 1) != GANG_OK) {
-    char host[96] = "";
-    if (p->w->store_host >= 0)
-      snprintf(host, sizeof host,
-               "; world rank %d hosts the store and does not answer either",
-               p->w->store_host);
-    gang__error(
-        GANG_TIMEOUT, "%s [no diagnosis of who reached %s #%" PRIu64 ": %s%s]",
-        detail, gang__coll_name(w->coll.kind), w->seq, gang_last_error(), host);
+    no_diagnosis(p, detail, w);
     return;
   }
   char **keys = calloc((size_t)g->size, sizeof *keys);
@@ -66,23 +73,26 @@ void gang__pg_diagnose_timeout(gang_t *g, const gang_work *w) {
                           budget);
     char reached[256] = "", missing[256] = "";
     size_t ro = 0, mo = 0;
-    for (int r = 0; r < g->size; r++) {
+    bool answered = true;
+    for (int r = 0; answered && r < g->size; r++) {
       bool there = false;
       const char *k = keys[r];
-      if (gang_store_check(st, &k, 1, &there) != GANG_OK)
-        break;
+      answered = gang_store_check(st, &k, 1, &there) == GANG_OK;
       char *buf = there ? reached : missing;
       size_t *o = there ? &ro : &mo;
-      if (*o + 16 < sizeof reached)
+      if (answered && *o + 16 < sizeof reached)
         *o += (size_t)snprintf(buf + *o, sizeof reached - *o, "%s%d",
                                *o ? "," : "", r);
     }
-    gang__error(GANG_TIMEOUT,
-                "%s [gang ranks that reached %s #%" PRIu64 ": %s; that did "
-                "not answer within %lld ms: %s]",
-                detail, gang__coll_name(w->coll.kind), w->seq,
-                ro ? reached : "none", (long long)budget,
-                mo ? missing : "none");
+    if (answered)
+      gang__error(GANG_TIMEOUT,
+                  "%s [gang ranks that reached %s #%" PRIu64 ": %s; that did "
+                  "not answer within %lld ms: %s]",
+                  detail, gang__coll_name(w->coll.kind), w->seq,
+                  ro ? reached : "none", (long long)budget,
+                  mo ? missing : "none");
+    else
+      no_diagnosis(p, detail, w);
   } else {
     gang__error(GANG_TIMEOUT, "%s", detail);
   }
