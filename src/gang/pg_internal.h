@@ -47,6 +47,7 @@ typedef struct pg_world {
   gang_store *store;
   gang_store_server *server; /* when rank 0 hosts the store itself */
   int store_host;            /* world rank hosting the store, -1: none */
+  int64_t diag_budget_ms;    /* gang__pg_diag_budget_ms of its timeout */
   gang__fabric *fabric;
   gang__shm *shm;      /* this host's arena; NULL: no local peer or shm off */
   int *hosts;          /* world rank -> host index (NULL for a world of one) */

@@ -110,8 +110,9 @@ static gang_status create(const gang_options *opts, const char *store_addr,
   }
   /* After setup the store only serves timeout diagnoses, which must not
    * wait longer than their own budget on a lost or stopped store. */
+  w->diag_budget_ms = gang__pg_diag_budget_ms(timeout_ms);
   if (w->store != NULL)
-    gang_store_set_timeout(w->store, gang__pg_diag_budget_ms(timeout_ms));
+    gang_store_set_timeout(w->store, w->diag_budget_ms);
   int *map = malloc(sizeof *map * (size_t)size);
   if (map == NULL) {
     st = gang__error(GANG_NO_MEMORY, "gang: out of memory");
