@@ -107,7 +107,10 @@ GANG_API gang_status gang_store_prefix(gang_store *parent, const char *prefix,
 /* Closes a handle. NULL is a no-op. */
 GANG_API void gang_store_close(gang_store *st);
 
-/* Changes the handle's default deadline (milliseconds; < 0 = wait forever). */
+/* Changes the handle's default deadline (milliseconds; < 0 = wait forever):
+ * how long a call made on this handle waits for keys or for the server's
+ * answer. On a prefix view it applies to the calls made through the view,
+ * not to the handle it views. */
 GANG_API gang_status gang_store_set_timeout(gang_store *st, int64_t timeout_ms);
 
 /* ---- Operations -------------------------------------------------------- */

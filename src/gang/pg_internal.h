@@ -46,6 +46,8 @@ typedef struct pg_world {
   int refs;
   gang_store *store;
   gang_store_server *server; /* when rank 0 hosts the store itself */
+  int store_host;            /* world rank hosting the store, -1: none */
+  int64_t diag_budget_ms;    /* gang__pg_diag_budget_ms of its timeout */
   gang__fabric *fabric;
   gang__shm *shm;      /* this host's arena; NULL: no local peer or shm off */
   int *hosts;          /* world rank -> host index (NULL for a world of one) */
@@ -169,8 +171,13 @@ bool gang__pg_execute_hier(gang_t *g, gang_work *w, gang_status *st);
 
 /* ---- pg_diag.c ---- */
 
+/* How long the diagnosis after a timeout of a gang with `timeout_ms` may
+ * take (-1: none): 100-500 ms. */
+int64_t gang__pg_diag_budget_ms(int64_t timeout_ms);
 /* Adds to this thread's timeout error which ranks reached w's collective
- * and which did not answer. */
+ * and which did not answer. Within gang__pg_diag_budget_ms of the gang's
+ * timeout, unless the store stops answering in the middle of it (then a
+ * waiting call's reply grace, 1 s, more). */
 void gang__pg_diagnose_timeout(gang_t *g, const gang_work *w);
 
 #endif

@@ -44,9 +44,12 @@ static gang_status agree_algo(pg_world *w, int rank) {
   return st;
 }
 
+/* `store_host`: the world rank whose process hosts the store (0 under
+ * gang_create_default without a launcher; `server` is its server on that
+ * rank), -1 when the store is not a rank's. */
 static gang_status create(const gang_options *opts, const char *store_addr,
                           int rank, int size, gang_store_server *server,
-                          gang_t **out) {
+                          int store_host, gang_t **out) {
   gang_device cpu = {GANG_DEVICE_CPU, 0};
   gang_device dev = OPT(opts, device, cpu);
   if (dev.type != GANG_DEVICE_CPU) {
@@ -71,6 +74,7 @@ static gang_status create(const gang_options *opts, const char *store_addr,
   pthread_mutex_init(&w->mu, NULL);
   w->refs = 1; /* the creation's own reference, dropped below */
   w->server = server;
+  w->store_host = store_host;
   gang_status st;
   char host[INET6_ADDRSTRLEN] = "127.0.0.1";
   if (size > 1) {
@@ -105,9 +109,10 @@ static gang_status create(const gang_options *opts, const char *store_addr,
       gang__fabric_set_oversubscribed(w->fabric);
   }
   /* After setup the store only serves timeout diagnoses, which must not
-   * wait longer than their own budget (at most 1 s) on a lost store. */
+   * wait longer than their own budget on a lost or stopped store. */
+  w->diag_budget_ms = gang__pg_diag_budget_ms(timeout_ms);
   if (w->store != NULL)
-    gang_store_set_timeout(w->store, 2000);
+    gang_store_set_timeout(w->store, w->diag_budget_ms);
   int *map = malloc(sizeof *map * (size_t)size);
   if (map == NULL) {
     st = gang__error(GANG_NO_MEMORY, "gang: out of memory");
@@ -140,7 +145,7 @@ gang_status gang_create_with_store(const gang_options *opts,
   GANG_ARG_CHECK(size >= 1, fn, "size must be at least 1, but is %d", size);
   GANG_ARG_CHECK(rank >= 0 && rank < size, fn,
                  "rank must be in [0, %d), but is %d", size, rank);
-  return create(opts, store_addr, rank, size, NULL, out);
+  return create(opts, store_addr, rank, size, NULL, -1, out);
 }
 
 /* Without a launcher that hosts the store (gangrun sets GANG_STORE_ADDR),
@@ -175,10 +180,10 @@ gang_status gang_create_default(const gang_options *opts, gang_t **out) {
                        fn, info.world_size,
                        gang_world_source_name(info.source));
   gang_store_server *server = NULL;
-  if (info.world_size > 1 && info.rank == 0 &&
-      getenv("GANG_STORE_ADDR") == NULL && given == NULL &&
-      strncmp(base, "file://", 7) != 0 &&
-      strncmp(base, "torch://", 8) != 0) {
+  bool rank0_hosts = info.world_size > 1 && getenv("GANG_STORE_ADDR") == NULL &&
+                     given == NULL && strncmp(base, "file://", 7) != 0 &&
+                     strncmp(base, "torch://", 8) != 0;
+  if (rank0_hosts && info.rank == 0) {
     if (info.master_port == 0)
       return gang__error(GANG_INVALID_ARGUMENT,
                          "%s: rank 0 must host the store but MASTER_PORT is "
@@ -191,5 +196,6 @@ gang_status gang_create_default(const gang_options *opts, gang_t **out) {
   char addr[GANG_WORLD_URL_MAX + 200];
   snprintf(addr, sizeof addr, "%s/gang/%s/%d", base,
            info.run_id[0] ? info.run_id : "run", info.restart_count);
-  return create(opts, addr, info.rank, info.world_size, server, out);
+  return create(opts, addr, info.rank, info.world_size, server,
+                rank0_hosts ? 0 : -1, out);
 }

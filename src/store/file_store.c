@@ -56,8 +56,11 @@ static uint8_t *dup_val(const void *v, size_t n) {
   return p;
 }
 
+/* Operations that do not wait for keys take no deadline here: they wait
+ * only for the file's lock, which no process holds for long. */
 static gang_status fs_set(gang_store *st, const char *key, const void *value,
-                          size_t len) {
+                          size_t len, int64_t deadline) {
+  (void)deadline;
   fs_store *fs = fs_of(st);
   GANG_CHECK(check_sizes(fs, key, len));
   recbuf b = {0};
@@ -158,7 +161,8 @@ static gang_status fs_get(gang_store *st, const char *key, int64_t deadline,
 }
 
 static gang_status fs_check(gang_store *st, const char *const *keys, size_t n,
-                            bool *all_exist) {
+                            int64_t deadline, bool *all_exist) {
+  (void)deadline;
   fs_store *fs = fs_of(st);
   GANG_CHECK(fs_refresh(fs));
   bool all = true;
@@ -193,7 +197,8 @@ static bool parse_i64(const uint8_t *v, size_t n, int64_t *out) {
 }
 
 static gang_status fs_add(gang_store *st, const char *key, int64_t delta,
-                          int64_t *new_value) {
+                          int64_t deadline, int64_t *new_value) {
+  (void)deadline;
   fs_store *fs = fs_of(st);
   GANG_CHECK(check_sizes(fs, key, 0));
   GANG_CHECK(fs_lock(fs, LOCK_EX));
@@ -234,7 +239,9 @@ static gang_status fs_add(gang_store *st, const char *key, int64_t delta,
 static gang_status fs_compare_set(gang_store *st, const char *key,
                                   const void *expected, size_t elen,
                                   const void *desired, size_t dlen,
-                                  void **current, size_t *clen) {
+                                  int64_t deadline, void **current,
+                                  size_t *clen) {
+  (void)deadline;
   fs_store *fs = fs_of(st);
   GANG_CHECK(check_sizes(fs, key, dlen));
   GANG_CHECK(fs_lock(fs, LOCK_EX));
@@ -272,7 +279,9 @@ static gang_status fs_compare_set(gang_store *st, const char *key,
   return GANG_OK;
 }
 
-static gang_status fs_del(gang_store *st, const char *key, bool *deleted) {
+static gang_status fs_del(gang_store *st, const char *key, int64_t deadline,
+                          bool *deleted) {
+  (void)deadline;
   fs_store *fs = fs_of(st);
   GANG_CHECK(fs_lock(fs, LOCK_EX));
   gang_status s = fs_catch_up(fs);
@@ -290,7 +299,8 @@ static gang_status fs_del(gang_store *st, const char *key, bool *deleted) {
   return s;
 }
 
-static gang_status fs_num_keys(gang_store *st, int64_t *n) {
+static gang_status fs_num_keys(gang_store *st, int64_t deadline, int64_t *n) {
+  (void)deadline;
   fs_store *fs = fs_of(st);
   GANG_CHECK(fs_refresh(fs));
   *n = (int64_t)fs->nkeys;
@@ -298,7 +308,8 @@ static gang_status fs_num_keys(gang_store *st, int64_t *n) {
 }
 
 static gang_status fs_append(gang_store *st, const char *key, const void *value,
-                             size_t len) {
+                             size_t len, int64_t deadline) {
+  (void)deadline;
   fs_store *fs = fs_of(st);
   GANG_CHECK(check_sizes(fs, key, len));
   GANG_CHECK(fs_lock(fs, LOCK_EX));
@@ -346,7 +357,8 @@ static gang_status fs_multi_get(gang_store *st, const char *const *keys,
  * too, so they see all of the keys or none. */
 static gang_status fs_multi_set(gang_store *st, const char *const *keys,
                                 const void *const *values, const size_t *lens,
-                                size_t n) {
+                                size_t n, int64_t deadline) {
+  (void)deadline;
   fs_store *fs = fs_of(st);
   recbuf b = {0};
   gang_status s = GANG_OK;

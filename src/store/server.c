@@ -28,6 +28,7 @@
 #include "core/sock.h"
 #include "kv.h"
 #include "proto.h"
+#include "server.h"
 #include "server_impl.h"
 
 /* epoll user data for the two non-connection fds. */
@@ -279,6 +280,8 @@ gang_status gang_store_server_start(const gang_store_server_options *opts,
   if (s == NULL)
     return gang__error(GANG_NO_MEMORY, "gang_store_server_start: no memory");
   s->lfd = s->epfd = s->evfd = -1;
+  atomic_init(&s->nparked, 0);
+  atomic_init(&s->last_request, gang__now_ns());
   snprintf(s->host, sizeof s->host, "%s", host);
   gang_status st;
   uint32_t max_key, max_value, max_clients;
@@ -369,6 +372,25 @@ fail:
 
 int gang_store_server_port(const gang_store_server *srv) {
   return srv ? srv->port : -1;
+}
+
+void gang__store_server_wait_idle(gang_store_server *srv, int64_t quiet_ms,
+                                  int64_t limit_ms) {
+  if (srv == NULL)
+    return;
+  int64_t limit = gang__deadline_in_ms(limit_ms);
+  while (!gang__deadline_passed(limit)) {
+    int64_t last =
+        atomic_load_explicit(&srv->last_request, memory_order_relaxed);
+    int64_t quiet_for = gang__now_ns() - last;
+    if (atomic_load_explicit(&srv->nparked, memory_order_relaxed) == 0 &&
+        quiet_for >= quiet_ms * 1000000)
+      return;
+    /* Nothing to wait on: the server's thread signals nobody. The state
+     * is looked at every few milliseconds until it holds or the limit. */
+    struct timespec ts = {0, 5 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
 }
 
 void gang_store_server_stop(gang_store_server *srv) {

@@ -59,6 +59,7 @@ static void hs_remove(gang_store_server *s, conn *c) {
 static void park_remove(gang_store_server *s, conn *c) {
   if (!c->parked)
     return;
+  atomic_fetch_sub_explicit(&s->nparked, 1, memory_order_relaxed);
   if (c->pk_prev)
     c->pk_prev->pk_next = c->pk_next;
   else
@@ -349,6 +350,7 @@ static int run_request(gang_store_server *s, conn *c) {
     protocol_error(s, c, gang_last_error());
     return -1;
   }
+  atomic_store_explicit(&s->last_request, gang__now_ns(), memory_order_relaxed);
   if (!c->started) {
     c->started = true;
     c->expired = req.timeout_ms == 0;
@@ -367,6 +369,7 @@ static int run_request(gang_store_server *s, conn *c) {
     return -1;
   }
   if (r == GANG_KV_PARKED) {
+    atomic_fetch_add_explicit(&s->nparked, 1, memory_order_relaxed);
     c->parked = true;
     c->pk_prev = NULL;
     c->pk_next = s->parked;

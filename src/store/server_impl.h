@@ -2,11 +2,12 @@
  * stop, limits, the epoll loop, accepting) and server_conn.c (one
  * connection: handshake, requests, replies). All of it is touched only by
  * the server's one thread, after start and before stop, so nothing is
- * locked. */
+ * locked, but for two atomics other threads read (server.h). */
 #ifndef GANG_STORE_SERVER_IMPL_H
 #define GANG_STORE_SERVER_IMPL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -61,6 +62,10 @@ struct gang_store_server {
   bool accept_paused;
   int64_t accept_resume;
   int64_t last_full_warn;
+  /* For gang__store_server_wait_idle on other threads: requests parked
+   * now, and when the last request was taken up. */
+  atomic_int nparked;
+  _Atomic int64_t last_request;
 };
 
 /* Makes a connection of the accepted socket fd, which it owns from now on

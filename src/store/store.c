@@ -209,7 +209,8 @@ gang_status gang_store_set(gang_store *st, const char *key, const void *value,
                            size_t len) {
   GANG_ARG_CHECK(value != NULL || len == 0, "gang_store_set",
                  "value is NULL with len %zu", len);
-  ONE_KEY_CALL("gang_store_set", st, key, b_->ops->set(b_, full, value, len));
+  ONE_KEY_CALL("gang_store_set", st, key,
+               b_->ops->set(b_, full, value, len, deadline_of(st, -1)));
 }
 
 gang_status gang_store_get(gang_store *st, const char *key, void **value,
@@ -224,7 +225,8 @@ gang_status gang_store_add(gang_store *st, const char *key, int64_t delta,
                            int64_t *new_value) {
   int64_t ignored;
   ONE_KEY_CALL("gang_store_add", st, key,
-               b_->ops->add(b_, full, delta, new_value ? new_value : &ignored));
+               b_->ops->add(b_, full, delta, deadline_of(st, -1),
+                            new_value ? new_value : &ignored));
 }
 
 gang_status gang_store_compare_set(gang_store *st, const char *key,
@@ -239,13 +241,14 @@ gang_status gang_store_compare_set(gang_store *st, const char *key,
                  "current and clen must both be set or both be NULL");
   ONE_KEY_CALL("gang_store_compare_set", st, key,
                b_->ops->compare_set(b_, full, expected, elen, desired, dlen,
-                                    current, clen));
+                                    deadline_of(st, -1), current, clen));
 }
 
 gang_status gang_store_delete(gang_store *st, const char *key, bool *deleted) {
   bool ignored;
   ONE_KEY_CALL("gang_store_delete", st, key,
-               b_->ops->del(b_, full, deleted ? deleted : &ignored));
+               b_->ops->del(b_, full, deadline_of(st, -1),
+                            deleted ? deleted : &ignored));
 }
 
 gang_status gang_store_append(gang_store *st, const char *key,
@@ -253,7 +256,7 @@ gang_status gang_store_append(gang_store *st, const char *key,
   GANG_ARG_CHECK(value != NULL || len == 0, "gang_store_append",
                  "value is NULL with len %zu", len);
   ONE_KEY_CALL("gang_store_append", st, key,
-               b_->ops->append(b_, full, value, len));
+               b_->ops->append(b_, full, value, len, deadline_of(st, -1)));
 }
 
 gang_status gang_store_num_keys(gang_store *st, int64_t *n) {
@@ -261,7 +264,7 @@ gang_status gang_store_num_keys(gang_store *st, int64_t *n) {
   GANG_ARG_CHECK(n != NULL, "gang_store_num_keys", "n is NULL");
   gang_store *b = backend(st);
   pthread_mutex_lock(&b->mu);
-  gang_status s = b->ops->num_keys(b, n);
+  gang_status s = b->ops->num_keys(b, deadline_of(st, -1), n);
   pthread_mutex_unlock(&b->mu);
   return s;
 }
@@ -285,7 +288,7 @@ gang_status gang_store_check(gang_store *st, const char *const *keys, size_t n,
                              bool *all_exist) {
   GANG_ARG_CHECK(all_exist != NULL, "gang_store_check", "all_exist is NULL");
   MULTI_KEY_CALL("gang_store_check", st, keys, n,
-                 b_->ops->check(b_, full, n, all_exist));
+                 b_->ops->check(b_, full, n, deadline_of(st, -1), all_exist));
 }
 
 gang_status gang_store_wait(gang_store *st, const char *const *keys, size_t n,
@@ -311,6 +314,7 @@ gang_status gang_store_multi_set(gang_store *st, const char *const *keys,
   for (size_t i = 0; i < n; i++)
     GANG_ARG_CHECK(values[i] != NULL || lens[i] == 0, "gang_store_multi_set",
                    "values[%zu] is NULL with len %zu", i, lens[i]);
-  MULTI_KEY_CALL("gang_store_multi_set", st, keys, n,
-                 b_->ops->multi_set(b_, full, values, lens, n));
+  MULTI_KEY_CALL(
+      "gang_store_multi_set", st, keys, n,
+      b_->ops->multi_set(b_, full, values, lens, n, deadline_of(st, -1)));
 }

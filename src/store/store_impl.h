@@ -33,31 +33,35 @@ typedef struct gang__store_ops {
   gang_status (*open)(const gang__store_target *at,
                       const gang_store_options *opts, int64_t timeout_ms,
                       void **impl);
+  /* Every operation gets the deadline of the call (absolute gang__now_ns
+   * time, or GANG_DEADLINE_NONE), from the timeout of the handle it was
+   * made on, which may be a prefix view with a timeout of its own. get,
+   * wait and multi_get wait for keys until then; the others must have
+   * their answer by then. */
   gang_status (*set)(gang_store *st, const char *key, const void *value,
-                     size_t len);
-  /* Waits until `deadline` (absolute gang__now_ns time, or
-   * GANG_DEADLINE_NONE). */
+                     size_t len, int64_t deadline);
   gang_status (*get)(gang_store *st, const char *key, int64_t deadline,
                      void **value, size_t *len);
   gang_status (*check)(gang_store *st, const char *const *keys, size_t n,
-                       bool *all_exist);
+                       int64_t deadline, bool *all_exist);
   gang_status (*wait)(gang_store *st, const char *const *keys, size_t n,
                       int64_t deadline);
   gang_status (*add)(gang_store *st, const char *key, int64_t delta,
-                     int64_t *new_value);
+                     int64_t deadline, int64_t *new_value);
   gang_status (*compare_set)(gang_store *st, const char *key,
                              const void *expected, size_t elen,
-                             const void *desired, size_t dlen, void **current,
-                             size_t *clen);
-  gang_status (*del)(gang_store *st, const char *key, bool *deleted);
-  gang_status (*num_keys)(gang_store *st, int64_t *n);
+                             const void *desired, size_t dlen, int64_t deadline,
+                             void **current, size_t *clen);
+  gang_status (*del)(gang_store *st, const char *key, int64_t deadline,
+                     bool *deleted);
+  gang_status (*num_keys)(gang_store *st, int64_t deadline, int64_t *n);
   gang_status (*append)(gang_store *st, const char *key, const void *value,
-                        size_t len);
+                        size_t len, int64_t deadline);
   gang_status (*multi_get)(gang_store *st, const char *const *keys, size_t n,
                            int64_t deadline, void **values, size_t *lens);
   gang_status (*multi_set)(gang_store *st, const char *const *keys,
                            const void *const *values, const size_t *lens,
-                           size_t n);
+                           size_t n, int64_t deadline);
   /* Frees the backend's state; the generic part frees the handle. */
   void (*close)(gang_store *st);
 } gang__store_ops;
@@ -73,8 +77,8 @@ struct gang_store {
 };
 
 /* The backends, one table each, defined in their own files. */
-extern const gang__store_ops gang__store_tcp_ops;  /* tcp_client.c */
-extern const gang__store_ops gang__store_file_ops; /* file_store.c */
+extern const gang__store_ops gang__store_tcp_ops;   /* tcp_client.c */
+extern const gang__store_ops gang__store_file_ops;  /* file_store.c */
 extern const gang__store_ops gang__store_torch_ops; /* torch_client.c */
 
 #endif

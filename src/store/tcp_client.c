@@ -6,7 +6,9 @@
  * Deadlines: waiting operations carry their remaining time to the server,
  * which answers TIMEOUT at the deadline, so a timed-out get or wait leaves
  * the connection usable. The client itself waits that long plus a grace
- * period (network latency) before giving up on a silent server.
+ * period (network latency) before giving up on a silent server. The
+ * server answers every other operation at once, so their deadline is the
+ * client's too: a silent server costs them no more than the deadline.
  *
  * Broken connections: once the connection has failed (server closed it, a
  * reply was malformed, the server stayed silent past the grace period), the
@@ -32,8 +34,8 @@
 #include "proto.h"
 #include "store_impl.h"
 
-/* How long past a request's deadline the client waits for the server's
- * TIMEOUT reply before declaring the connection dead. */
+/* How long past a waiting request's deadline the client waits for the
+ * server's TIMEOUT reply before declaring the connection dead. */
 #define REPLY_GRACE_MS 1000
 
 typedef struct tcp_client {
@@ -249,9 +251,9 @@ static int64_t remaining_ms(int64_t deadline) {
   return left <= 0 ? 0 : (left + 999999) / 1000000;
 }
 
-/* Sends req and receives its reply into *rep (pointing into c->in).
- * `deadline` is the request's own deadline (waiting ops) or the handle's;
- * the client waits for the reply until deadline + grace. */
+/* Sends req and receives its reply into *rep (pointing into c->in) by
+ * `deadline`, or for a waiting request (get, wait, multi_get: the server
+ * answers those at the deadline) by deadline + grace. */
 static gang_status call(gang_store *st, gang__store_req *req, int64_t deadline,
                         gang__store_rep *rep) {
   tcp_client *c = impl_of(st);
@@ -264,8 +266,10 @@ static gang_status call(gang_store *st, gang__store_req *req, int64_t deadline,
   c->out.len = 0;
   req->timeout_ms = remaining_ms(deadline);
   GANG_CHECK(gang__store_req_encode(req, &c->caps, &c->out));
-  int64_t io_deadline = deadline == GANG_DEADLINE_NONE
-                            ? GANG_DEADLINE_NONE
+  bool waits = req->op == GANG_STORE_OP_GET || req->op == GANG_STORE_OP_WAIT ||
+               req->op == GANG_STORE_OP_MULTI_GET;
+  int64_t io_deadline = deadline == GANG_DEADLINE_NONE || !waits
+                            ? deadline
                             : deadline + REPLY_GRACE_MS * 1000000LL;
   gang_status s = gang__sock_write_full(c->fd, c->out.p, c->out.len,
                                         io_deadline, -1, c->peer);
@@ -276,11 +280,16 @@ static gang_status call(gang_store *st, gang__store_req *req, int64_t deadline,
     if (s == GANG_PEER_LOST)
       gang__error(s, "store %s: store server %s closed the connection", name,
                   c->peer);
-    else if (s == GANG_TIMEOUT)
+    else if (s == GANG_TIMEOUT && waits)
       gang__error(s,
                   "store %s: store server %s did not answer within the "
                   "deadline + %d ms",
                   name, c->peer, REPLY_GRACE_MS);
+    else if (s == GANG_TIMEOUT)
+      gang__error(s,
+                  "store %s: store server %s did not answer within the "
+                  "deadline of %" PRId64 " ms",
+                  name, c->peer, req->timeout_ms);
     return break_conn(c, s);
   }
   uint32_t len = gang__get_u32(hdr);
@@ -391,10 +400,6 @@ static void req_init(gang__store_req *r, uint8_t op) {
   r->nkeys = 1;
 }
 
-static int64_t handle_deadline(gang_store *st) {
-  return gang__deadline_in_ms(st->timeout_ms);
-}
-
 /* Copies bytes into a fresh NUL-terminated buffer. */
 static void *copy_out(const gang__store_bytes *v) {
   uint8_t *p = malloc((size_t)v->len + 1);
@@ -407,27 +412,28 @@ static void *copy_out(const gang__store_bytes *v) {
 }
 
 static gang_status tcp_set_like(gang_store *st, uint8_t op, const char *key,
-                                const void *value, size_t len) {
+                                const void *value, size_t len,
+                                int64_t deadline) {
   tcp_client *c = impl_of(st);
   gang__store_req r;
   req_init(&r, op);
   GANG_CHECK(key_bytes(c, gang__store_op_name(op), key, &r.keys[0]));
   GANG_CHECK(val_bytes(c, gang__store_op_name(op), value, len, &r.vals[0]));
   gang__store_rep rep;
-  GANG_CHECK(call(st, &r, handle_deadline(st), &rep));
+  GANG_CHECK(call(st, &r, deadline, &rep));
   gang_status s = rep.rc == GANG_STORE_RC_OK ? GANG_OK : rep_error(c, &rep);
   gang__store_rep_fini(&rep);
   return s;
 }
 
 static gang_status tcp_set(gang_store *st, const char *key, const void *value,
-                           size_t len) {
-  return tcp_set_like(st, GANG_STORE_OP_SET, key, value, len);
+                           size_t len, int64_t deadline) {
+  return tcp_set_like(st, GANG_STORE_OP_SET, key, value, len, deadline);
 }
 
 static gang_status tcp_append(gang_store *st, const char *key,
-                              const void *value, size_t len) {
-  return tcp_set_like(st, GANG_STORE_OP_APPEND, key, value, len);
+                              const void *value, size_t len, int64_t deadline) {
+  return tcp_set_like(st, GANG_STORE_OP_APPEND, key, value, len, deadline);
 }
 
 /* The status of a reply to a waiting request (get, wait, multi_get). */
@@ -488,13 +494,13 @@ static void multi_free(gang__store_req *r) {
 }
 
 static gang_status tcp_check(gang_store *st, const char *const *keys, size_t n,
-                             bool *all_exist) {
+                             int64_t deadline, bool *all_exist) {
   tcp_client *c = impl_of(st);
   gang__store_req r;
   req_init(&r, GANG_STORE_OP_CHECK);
   GANG_CHECK(multi_keys(c, "check", &r, keys, n));
   gang__store_rep rep;
-  gang_status s = call(st, &r, handle_deadline(st), &rep);
+  gang_status s = call(st, &r, deadline, &rep);
   if (s == GANG_OK) {
     if (rep.rc == GANG_STORE_RC_OK)
       *all_exist = rep.num != 0;
@@ -551,7 +557,7 @@ static gang_status tcp_multi_get(gang_store *st, const char *const *keys,
 
 static gang_status tcp_multi_set(gang_store *st, const char *const *keys,
                                  const void *const *values, const size_t *lens,
-                                 size_t n) {
+                                 size_t n, int64_t deadline) {
   tcp_client *c = impl_of(st);
   gang__store_req r;
   req_init(&r, GANG_STORE_OP_MULTI_SET);
@@ -562,8 +568,7 @@ static gang_status tcp_multi_set(gang_store *st, const char *const *keys,
   for (size_t i = 0; s == GANG_OK && i < n; i++)
     s = val_bytes(c, "multi_set", values[i], lens[i], &r.vals[i]);
   gang__store_rep rep;
-  if (s == GANG_OK &&
-      (s = call(st, &r, handle_deadline(st), &rep)) == GANG_OK) {
+  if (s == GANG_OK && (s = call(st, &r, deadline, &rep)) == GANG_OK) {
     if (rep.rc != GANG_STORE_RC_OK)
       s = rep_error(c, &rep);
     gang__store_rep_fini(&rep);
@@ -573,14 +578,14 @@ static gang_status tcp_multi_set(gang_store *st, const char *const *keys,
 }
 
 static gang_status tcp_add(gang_store *st, const char *key, int64_t delta,
-                           int64_t *new_value) {
+                           int64_t deadline, int64_t *new_value) {
   tcp_client *c = impl_of(st);
   gang__store_req r;
   req_init(&r, GANG_STORE_OP_ADD);
   r.num = delta;
   GANG_CHECK(key_bytes(c, "add", key, &r.keys[0]));
   gang__store_rep rep;
-  GANG_CHECK(call(st, &r, handle_deadline(st), &rep));
+  GANG_CHECK(call(st, &r, deadline, &rep));
   gang_status s = GANG_OK;
   if (rep.rc == GANG_STORE_RC_OK)
     *new_value = rep.num;
@@ -593,7 +598,8 @@ static gang_status tcp_add(gang_store *st, const char *key, int64_t delta,
 static gang_status tcp_compare_set(gang_store *st, const char *key,
                                    const void *expected, size_t elen,
                                    const void *desired, size_t dlen,
-                                   void **current, size_t *clen) {
+                                   int64_t deadline, void **current,
+                                   size_t *clen) {
   tcp_client *c = impl_of(st);
   gang__store_req r;
   req_init(&r, GANG_STORE_OP_COMPARE_SET);
@@ -601,7 +607,7 @@ static gang_status tcp_compare_set(gang_store *st, const char *key,
   GANG_CHECK(val_bytes(c, "compare_set", expected, elen, &r.vals[0]));
   GANG_CHECK(val_bytes(c, "compare_set", desired, dlen, &r.vals[1]));
   gang__store_rep rep;
-  GANG_CHECK(call(st, &r, handle_deadline(st), &rep));
+  GANG_CHECK(call(st, &r, deadline, &rep));
   gang_status s = GANG_OK;
   if (rep.rc != GANG_STORE_RC_OK)
     s = rep_error(c, &rep);
@@ -615,13 +621,14 @@ static gang_status tcp_compare_set(gang_store *st, const char *key,
   return s;
 }
 
-static gang_status tcp_del(gang_store *st, const char *key, bool *deleted) {
+static gang_status tcp_del(gang_store *st, const char *key, int64_t deadline,
+                           bool *deleted) {
   tcp_client *c = impl_of(st);
   gang__store_req r;
   req_init(&r, GANG_STORE_OP_DELETE);
   GANG_CHECK(key_bytes(c, "delete", key, &r.keys[0]));
   gang__store_rep rep;
-  GANG_CHECK(call(st, &r, handle_deadline(st), &rep));
+  GANG_CHECK(call(st, &r, deadline, &rep));
   gang_status s = GANG_OK;
   if (rep.rc == GANG_STORE_RC_OK)
     *deleted = rep.num != 0;
@@ -631,13 +638,13 @@ static gang_status tcp_del(gang_store *st, const char *key, bool *deleted) {
   return s;
 }
 
-static gang_status tcp_num_keys(gang_store *st, int64_t *n) {
+static gang_status tcp_num_keys(gang_store *st, int64_t deadline, int64_t *n) {
   tcp_client *c = impl_of(st);
   gang__store_req r;
   req_init(&r, GANG_STORE_OP_NUM_KEYS);
   r.nkeys = 0;
   gang__store_rep rep;
-  GANG_CHECK(call(st, &r, handle_deadline(st), &rep));
+  GANG_CHECK(call(st, &r, deadline, &rep));
   gang_status s = GANG_OK;
   if (rep.rc == GANG_STORE_RC_OK)
     *n = rep.num;

@@ -169,8 +169,12 @@ static gang_status recv_value(torch_client *c, void **value, size_t *len,
 }
 
 /* Requests are answered promptly except WAIT: a reply to anything else
- * that takes longer than this means the server is gone. */
-static int64_t io_deadline(void) { return gang__deadline_in_ms(60000); }
+ * that takes longer than a minute means the server is gone, and one that
+ * comes after the call's deadline is too late. */
+static int64_t io_deadline(int64_t deadline) {
+  int64_t gone = gang__deadline_in_ms(60000);
+  return deadline < gone ? deadline : gone;
+}
 
 /* ---- connection ---------------------------------------------------------- */
 
@@ -247,12 +251,12 @@ static void torch_close(gang_store *st) {
 /* ---- operations ---------------------------------------------------------- */
 
 static gang_status torch_set(gang_store *st, const char *key, const void *value,
-                             size_t len) {
+                             size_t len, int64_t deadline) {
   torch_client *c = impl_of(st);
   GANG_CHECK(begin(c, Q_SET));
   if (put_key(c, key) < 0 || put_bytes(c, value, len) < 0)
     return OOM();
-  return send_req(c, io_deadline());
+  return send_req(c, io_deadline(deadline));
 }
 
 static gang_status keys_req(torch_client *c, uint8_t q, const char *const *keys,
@@ -270,7 +274,7 @@ static gang_status torch_wait(gang_store *st, const char *const *keys, size_t n,
                               int64_t deadline) {
   torch_client *c = impl_of(st);
   GANG_CHECK(keys_req(c, Q_WAIT, keys, n));
-  GANG_CHECK(send_req(c, io_deadline()));
+  GANG_CHECK(send_req(c, io_deadline(GANG_DEADLINE_NONE)));
   uint8_t r;
   gang_status s = recv_u8(c, &r, deadline);
   if (s == GANG_TIMEOUT)
@@ -286,13 +290,14 @@ static gang_status torch_wait(gang_store *st, const char *const *keys, size_t n,
   return GANG_OK;
 }
 
+/* Once its key exists: the wait for it had the call's deadline. */
 static gang_status get_now(torch_client *c, const char *key, void **value,
                            size_t *len) {
   GANG_CHECK(begin(c, Q_GET));
   if (put_key(c, key) < 0)
     return OOM();
-  GANG_CHECK(send_req(c, io_deadline()));
-  return recv_value(c, value, len, io_deadline());
+  GANG_CHECK(send_req(c, io_deadline(GANG_DEADLINE_NONE)));
+  return recv_value(c, value, len, io_deadline(GANG_DEADLINE_NONE));
 }
 
 static gang_status torch_get(gang_store *st, const char *key, int64_t deadline,
@@ -303,25 +308,25 @@ static gang_status torch_get(gang_store *st, const char *key, int64_t deadline,
 }
 
 static gang_status torch_check(gang_store *st, const char *const *keys,
-                               size_t n, bool *all_exist) {
+                               size_t n, int64_t deadline, bool *all_exist) {
   torch_client *c = impl_of(st);
   GANG_CHECK(keys_req(c, Q_CHECK, keys, n));
-  GANG_CHECK(send_req(c, io_deadline()));
+  GANG_CHECK(send_req(c, io_deadline(deadline)));
   uint8_t r;
-  GANG_CHECK(recv_u8(c, &r, io_deadline()));
+  GANG_CHECK(recv_u8(c, &r, io_deadline(deadline)));
   *all_exist = r == 0;
   return GANG_OK;
 }
 
 static gang_status torch_add(gang_store *st, const char *key, int64_t delta,
-                             int64_t *new_value) {
+                             int64_t deadline, int64_t *new_value) {
   torch_client *c = impl_of(st);
   GANG_CHECK(begin(c, Q_ADD));
   if (put_key(c, key) < 0 || put_u64(c, (uint64_t)delta) < 0)
     return OOM();
-  GANG_CHECK(send_req(c, io_deadline()));
+  GANG_CHECK(send_req(c, io_deadline(deadline)));
   uint64_t v;
-  GANG_CHECK(recv_u64(c, &v, io_deadline()));
+  GANG_CHECK(recv_u64(c, &v, io_deadline(deadline)));
   *new_value = (int64_t)v;
   return GANG_OK;
 }
@@ -329,16 +334,17 @@ static gang_status torch_add(gang_store *st, const char *key, int64_t delta,
 static gang_status torch_compare_set(gang_store *st, const char *key,
                                      const void *expected, size_t elen,
                                      const void *desired, size_t dlen,
-                                     void **current, size_t *clen) {
+                                     int64_t deadline, void **current,
+                                     size_t *clen) {
   torch_client *c = impl_of(st);
   GANG_CHECK(begin(c, Q_COMPARE_SET));
   if (put_key(c, key) < 0 || put_bytes(c, expected, elen) < 0 ||
       put_bytes(c, desired, dlen) < 0)
     return OOM();
-  GANG_CHECK(send_req(c, io_deadline()));
+  GANG_CHECK(send_req(c, io_deadline(deadline)));
   void *v;
   size_t n;
-  GANG_CHECK(recv_value(c, &v, &n, io_deadline()));
+  GANG_CHECK(recv_value(c, &v, &n, io_deadline(deadline)));
   if (current != NULL) {
     *current = v;
     *clen = n;
@@ -348,24 +354,26 @@ static gang_status torch_compare_set(gang_store *st, const char *key,
   return GANG_OK;
 }
 
-static gang_status torch_del(gang_store *st, const char *key, bool *deleted) {
+static gang_status torch_del(gang_store *st, const char *key, int64_t deadline,
+                             bool *deleted) {
   torch_client *c = impl_of(st);
   GANG_CHECK(begin(c, Q_DELETE_KEY));
   if (put_key(c, key) < 0)
     return OOM();
-  GANG_CHECK(send_req(c, io_deadline()));
+  GANG_CHECK(send_req(c, io_deadline(deadline)));
   uint64_t v;
-  GANG_CHECK(recv_u64(c, &v, io_deadline()));
+  GANG_CHECK(recv_u64(c, &v, io_deadline(deadline)));
   *deleted = v > 0;
   return GANG_OK;
 }
 
-static gang_status torch_num_keys(gang_store *st, int64_t *n) {
+static gang_status torch_num_keys(gang_store *st, int64_t deadline,
+                                  int64_t *n) {
   torch_client *c = impl_of(st);
   GANG_CHECK(begin(c, Q_GETNUMKEYS));
-  GANG_CHECK(send_req(c, io_deadline()));
+  GANG_CHECK(send_req(c, io_deadline(deadline)));
   uint64_t v;
-  GANG_CHECK(recv_u64(c, &v, io_deadline()));
+  GANG_CHECK(recv_u64(c, &v, io_deadline(deadline)));
   *n = (int64_t)v;
   return GANG_OK;
 }
@@ -373,11 +381,12 @@ static gang_status torch_num_keys(gang_store *st, int64_t *n) {
 /* Appends by compare-and-set until no other writer came between the read
  * and the write. */
 static gang_status torch_append(gang_store *st, const char *key,
-                                const void *value, size_t len) {
+                                const void *value, size_t len,
+                                int64_t deadline) {
   torch_client *c = impl_of(st);
   for (;;) {
     bool exists;
-    GANG_CHECK(torch_check(st, &key, 1, &exists));
+    GANG_CHECK(torch_check(st, &key, 1, deadline, &exists));
     void *cur = NULL;
     size_t clen = 0;
     if (exists)
@@ -394,7 +403,7 @@ static gang_status torch_append(gang_store *st, const char *key,
     void *now = NULL;
     size_t nlen = 0;
     gang_status s = torch_compare_set(st, key, cur ? cur : "", clen, next,
-                                      clen + len, &now, &nlen);
+                                      clen + len, deadline, &now, &nlen);
     bool done =
         s == GANG_OK && nlen == clen + len && memcmp(now, next, nlen) == 0;
     free(cur);
@@ -423,9 +432,10 @@ static gang_status torch_multi_get(gang_store *st, const char *const *keys,
 
 static gang_status torch_multi_set(gang_store *st, const char *const *keys,
                                    const void *const *values,
-                                   const size_t *lens, size_t n) {
+                                   const size_t *lens, size_t n,
+                                   int64_t deadline) {
   for (size_t i = 0; i < n; i++)
-    GANG_CHECK(torch_set(st, keys[i], values[i], lens[i]));
+    GANG_CHECK(torch_set(st, keys[i], values[i], lens[i], deadline));
   return GANG_OK;
 }
 

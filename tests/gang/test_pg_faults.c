@@ -9,6 +9,7 @@
  * vanish with the last process that maps them: nothing of the test's is
  * ever in /dev/shm, so the test does not look there (another program's
  * files would only make it flaky). */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <ifaddrs.h>
 #include <net/if.h>
@@ -235,6 +236,180 @@ static void test_stopped_peer_times_out(void **state) {
   assert_int_equal(named, 3);
 }
 
+/* ---- works queued behind a timed-out one ----------------------------------
+ */
+
+/* After a timeout, works that were queued behind the timed-out one fail
+ * without running: they must not each wait for a diagnosis of their own
+ * (who reached a collective nobody ran), or the error path grows by the
+ * diagnosis budget (500 ms at this timeout) per queued work. */
+#define QUEUED_TIMEOUT_MS 5000
+
+static int queued_rank(int rank, int size, void *arg) {
+  stop_state *ss = arg;
+  if (rank == 1) {
+    pid_t v = spawn_victim(rank, size, hang, QUEUED_TIMEOUT_MS);
+    kill(v, SIGSTOP);
+    double t0 = now_s();
+    while (atomic_load(&ss->done) < 1 && now_s() - t0 < 30) {
+      struct timespec ts = {0, 5 * 1000 * 1000};
+      nanosleep(&ts, NULL);
+    }
+    kill(v, SIGKILL);
+    kill(v, SIGCONT);
+    int st;
+    RCHECK(waitpid(v, &st, 0) == v);
+    return 0;
+  }
+  gang_t *g = join(rank, size, QUEUED_TIMEOUT_MS);
+  float x[3][4] = {{1}, {2}, {3}};
+  gang_work *w[3];
+  double t0 = now_s();
+  for (int i = 0; i < 3; i++)
+    RCHECK_OK(gang_all_reduce_post(g, x[i], 4, GANG_FLOAT32, GANG_SUM, &w[i]));
+  for (int i = 0; i < 3; i++) {
+    gang_status st = gang_work_wait(w[i], -1);
+    double took = now_s() - t0;
+    fprintf(stderr, "work %d: %s after %.3f s: %s\n", i, gang_status_name(st),
+            took, gang_last_error());
+    RCHECK(st == GANG_TIMEOUT);
+    gang_work_free(w[i]);
+  }
+  double took = now_s() - t0;
+  RCHECK(took < QUEUED_TIMEOUT_MS / 1000.0 + 1.0);
+  gang_destroy(g);
+  atomic_fetch_add(&ss->done, 1);
+  return 0;
+}
+
+static void test_works_queued_behind_a_timeout(void **state) {
+  (void)state;
+  g_round++;
+  stop_state *ss = mmap(NULL, sizeof *ss, PROT_READ | PROT_WRITE,
+                        MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  assert_true(ss != MAP_FAILED);
+  atomic_init(&ss->done, 0);
+  int rc = gt_run_ranks(2, queued_rank, ss, 60000);
+  munmap(ss, sizeof *ss);
+  assert_int_equal(rc, 0);
+}
+
+/* ---- a stopped store host ------------------------------------------------ */
+
+/* Rank 0 of gang_create_default hosts the store in its own process when
+ * no launcher does; stopping rank 0 stops the store with it. The
+ * survivors' diagnosis after the timeout asks that store: it must not
+ * wait on it beyond the error path's bound (the timeout + 1 s), and the
+ * error must say that rank 0, the store's host, does not answer. */
+#define HOST_STOP_TIMEOUT_MS 2000
+
+typedef struct host_stop_state {
+  int port;           /* MASTER_PORT: free when the test began */
+  atomic_int entered; /* survivors about to enter the all_reduce */
+  atomic_int done;    /* survivors finished */
+} host_stop_state;
+
+/* gang_create_default as torchrun's environment has it. */
+static gang_t *join_default(const host_stop_state *hs, int rank, int size) {
+  char v[32];
+  snprintf(v, sizeof v, "%d", rank);
+  setenv("RANK", v, 1);
+  snprintf(v, sizeof v, "%d", size);
+  setenv("WORLD_SIZE", v, 1);
+  setenv("MASTER_ADDR", "127.0.0.1", 1);
+  snprintf(v, sizeof v, "%d", hs->port);
+  setenv("MASTER_PORT", v, 1);
+  gang_options o = GANG_OPTIONS_INIT;
+  o.timeout_ms = HOST_STOP_TIMEOUT_MS;
+  gang_t *g = NULL;
+  RCHECK_OK(gang_create_default(&o, &g));
+  return g;
+}
+
+/* Waits (bounded) until *v reaches at least `want`. */
+static bool wait_at_least(atomic_int *v, int want, double limit_s) {
+  double t0 = now_s();
+  while (atomic_load(v) < want) {
+    if (now_s() - t0 > limit_s)
+      return false;
+    struct timespec ts = {0, 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  return true;
+}
+
+static int stop_host_rank(int rank, int size, void *arg) {
+  host_stop_state *hs = arg;
+  if (rank == 0) {
+    /* In a grandchild: hosts the store, joins, never enters a collective. */
+    pid_t v = fork();
+    RCHECK(v >= 0);
+    if (v == 0) {
+      (void)join_default(hs, 0, size);
+      for (;;)
+        pause();
+    }
+    RCHECK(wait_at_least(&hs->entered, size - 1, 30));
+    kill(v, SIGSTOP);
+    int wst;
+    RCHECK(waitpid(v, &wst, WUNTRACED) == v && WIFSTOPPED(wst));
+    /* Stopped, not dead, until every survivor has its answer. */
+    (void)wait_at_least(&hs->done, size - 1, 30);
+    kill(v, SIGKILL);
+    kill(v, SIGCONT);
+    int st;
+    RCHECK(waitpid(v, &st, 0) == v);
+    return 0;
+  }
+  gang_t *g = join_default(hs, rank, size);
+  atomic_fetch_add(&hs->entered, 1);
+  float x[4] = {1, 2, 3, 4};
+  double t0 = now_s();
+  gang_status st = gang_all_reduce(g, x, 4, GANG_FLOAT32, GANG_SUM);
+  double took = now_s() - t0;
+  fprintf(stderr, "rank %d: %s after %.3f s: %s\n", rank, gang_status_name(st),
+          took, gang_last_error());
+  RCHECK(st == GANG_TIMEOUT);
+  /* The whole error path, diagnosis included, within the timeout + 1 s. */
+  RCHECK(took < HOST_STOP_TIMEOUT_MS / 1000.0 + 1.0);
+  char named[64];
+  snprintf(named, sizeof named, "all_reduce #1 (gang rank %d/%d", rank, size);
+  RCHECK(strstr(gang_last_error(), named) != NULL);
+  RCHECK(strstr(gang_last_error(), "world rank 0 hosts the store") != NULL);
+  gang_destroy(g);
+  atomic_fetch_add(&hs->done, 1);
+  return 0;
+}
+
+/* A port nobody listens on now. */
+static int free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof a;
+  int port = -1;
+  if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+      getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+    port = ntohs(a.sin_port);
+  if (fd >= 0)
+    close(fd);
+  return port;
+}
+
+static void test_stopped_store_host_times_out(void **state) {
+  (void)state;
+  host_stop_state *hs = mmap(NULL, sizeof *hs, PROT_READ | PROT_WRITE,
+                             MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  assert_true(hs != MAP_FAILED);
+  hs->port = free_port();
+  assert_true(hs->port > 0);
+  atomic_init(&hs->entered, 0);
+  atomic_init(&hs->done, 0);
+  int rc = gt_run_ranks(4, stop_host_rank, hs, 60000);
+  munmap(hs, sizeof *hs);
+  assert_int_equal(rc, 0);
+}
+
 /* ---- abort from another thread ------------------------------------------- */
 
 static void *abort_later(void *arg) {
@@ -277,6 +452,37 @@ static void test_abort_from_thread(void **state) {
   (void)state;
   g_round++;
   assert_int_equal(gt_run_ranks(2, abort_rank, NULL, 30000), 0);
+}
+
+/* A sub-gang's abort reaches the whole world, where its rank in the
+ * sub-gang means nothing: peers learn the world rank that aborted. */
+static int subgang_abort_rank(int rank, int size, void *arg) {
+  (void)arg;
+  gang_t *g = join(rank, size, 60000);
+  gang_t *sub = NULL;
+  RCHECK_OK(gang_split(g, rank / 2, rank, &sub));
+  if (rank == 3)
+    gang_abort(sub); /* gang rank 1 of {2, 3} */
+  /* A barrier every rank reached (rank 3's may begin before it sees its
+   * own abort) may still succeed on some: the abort shows on a later
+   * call. */
+  gang_status st = GANG_OK;
+  for (int i = 0; i < 100 && st == GANG_OK; i++)
+    st = gang_barrier(g);
+  fprintf(stderr, "rank %d: %s: %s\n", rank, gang_status_name(st),
+          gang_last_error());
+  RCHECK(st == GANG_ABORTED);
+  if (rank != 3)
+    RCHECK(strstr(gang_last_error(), "gang rank 1/2 (world rank 3)") != NULL);
+  gang_destroy(sub);
+  gang_destroy(g);
+  return 0;
+}
+
+static void test_abort_of_a_subgang(void **state) {
+  (void)state;
+  g_round++;
+  assert_int_equal(gt_run_ranks(4, subgang_abort_rank, NULL, 30000), 0);
 }
 
 /* ---- ranks disagree --------------------------------------------------------
@@ -730,7 +936,10 @@ int main(void) {
       GT_TEST(test_kill9_during_staged_all_reduce),
       GT_TEST(test_kill9_during_tcp_all_reduce),
       GT_TEST(test_stopped_peer_times_out),
+      GT_TEST(test_stopped_store_host_times_out),
+      GT_TEST(test_works_queued_behind_a_timeout),
       GT_TEST(test_abort_from_thread),
+      GT_TEST(test_abort_of_a_subgang),
       GT_TEST(test_mismatched_counts),
       GT_TEST(test_mismatched_small_counts),
       GT_TEST(test_barrier_against_all_reduce),

@@ -2,7 +2,9 @@
  * their timing, waits woken by every kind of write, prefixes, and what a
  * client sees when the server goes away. */
 #include <pthread.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 
 #include "harness/harness.h"
@@ -10,6 +12,8 @@
 
 #include "core/clock.h"
 #include "gang/store.h"
+#include "store/server.h"
+#include "store/server_impl.h"
 
 static gang_store_server *start_server(void) {
   gang_store_server_options o = GANG_STORE_SERVER_OPTIONS_INIT;
@@ -343,6 +347,111 @@ static void test_server_stop_mid_wait(void **state) {
   gang_store_close(st);
 }
 
+/* A stopped server (a stopped rank hosting it) answers nothing. A call
+ * that does not wait for keys gets no more than its handle's deadline, and
+ * a prefix view's own timeout is the one that counts, not that of the
+ * connection under it (30 s here). */
+static void test_stopped_server_bounds_every_call(void **state) {
+  (void)state;
+  gt_store_proc sp = gt_store_proc_start(NULL);
+  char addr[96];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d/view", sp.port);
+  gang_store_options o = GANG_STORE_OPTIONS_INIT;
+  o.timeout_ms = 30000;
+  o.secret = "";
+  gang_store *view = NULL, *plain = NULL;
+  assert_gang_ok(gang_store_connect(addr, &o, &view));
+  assert_gang_ok(gang_store_set_timeout(view, 200));
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", sp.port);
+  o.timeout_ms = 300;
+  assert_gang_ok(gang_store_connect(addr, &o, &plain));
+  assert_gang_ok(gang_store_set(view, "a", "1", 1));
+  /* Stopped for good once waitpid says so (all of its threads). */
+  assert_int_equal(kill(sp.pid, SIGSTOP), 0);
+  int wst;
+  assert_int_equal(waitpid(sp.pid, &wst, WUNTRACED), sp.pid);
+  assert_true(WIFSTOPPED(wst));
+  int64_t t0 = gang__now_ns();
+  assert_int_equal(gang_store_set(view, "b", "2", 1), GANG_TIMEOUT);
+  int64_t ms = elapsed_ms(t0);
+  assert_non_null(strstr(gang_last_error(), "did not answer"));
+  assert_true(ms >= 190 && ms < 700);
+  t0 = gang__now_ns();
+  int64_t n;
+  assert_int_equal(gang_store_num_keys(plain, &n), GANG_TIMEOUT);
+  ms = elapsed_ms(t0);
+  assert_true(ms >= 290 && ms < 800);
+  assert_int_equal(kill(sp.pid, SIGCONT), 0);
+  gang_store_close(view);
+  gang_store_close(plain);
+  gt_store_proc_stop(&sp);
+}
+
+/* A server about to stop waits for clients still in an exchange with it:
+ * no parked request and a quiet spell, within a limit. */
+typedef struct {
+  gang_store *st;
+  int64_t timeout_ms;
+} parked_get_arg;
+
+static void *parked_get(void *arg) {
+  parked_get_arg *a = arg;
+  void *v;
+  size_t n;
+  gang_status s = gang_store_set_timeout(a->st, a->timeout_ms);
+  if (s == GANG_OK)
+    s = gang_store_get(a->st, "never", &v, &n);
+  return s == GANG_TIMEOUT ? NULL : (void *)1;
+}
+
+/* Starts a get of a missing key on its own handle; returns once the server
+ * has it parked. */
+static pthread_t park_a_get(gang_store_server *srv, parked_get_arg *a) {
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, parked_get, a), 0);
+  int64_t t0 = gang__now_ns();
+  while (atomic_load(&srv->nparked) == 0 && elapsed_ms(t0) < 5000) {
+    struct timespec ts = {0, 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  assert_int_equal(atomic_load(&srv->nparked), 1);
+  return t;
+}
+
+static void test_server_wait_idle(void **state) {
+  (void)state;
+  gang_store_server *srv = start_server();
+  gang_store *st = connect_to(srv, NULL, 5000);
+  /* Back after a quiet spell that follows the last request. */
+  assert_gang_ok(gang_store_set(st, "a", "1", 1));
+  int64_t t0 = gang__now_ns();
+  gang__store_server_wait_idle(srv, 200, 5000);
+  int64_t ms = elapsed_ms(t0);
+  assert_true(ms >= 190 && ms < 1500);
+  /* A parked get keeps it busy until it is answered (TIMEOUT at 600 ms). */
+  parked_get_arg a = {connect_to(srv, NULL, 5000), 600};
+  pthread_t t = park_a_get(srv, &a);
+  t0 = gang__now_ns();
+  gang__store_server_wait_idle(srv, 50, 5000);
+  ms = elapsed_ms(t0);
+  void *ret;
+  pthread_join(t, &ret);
+  assert_null(ret);
+  assert_true(ms >= 400 && ms < 2500);
+  /* The limit holds against a get parked for longer. */
+  a.timeout_ms = 2000;
+  t = park_a_get(srv, &a);
+  t0 = gang__now_ns();
+  gang__store_server_wait_idle(srv, 50, 300);
+  ms = elapsed_ms(t0);
+  assert_true(ms >= 290 && ms < 1500);
+  pthread_join(t, &ret);
+  assert_null(ret);
+  gang_store_close(a.st);
+  gang_store_close(st);
+  gang_store_server_stop(srv);
+}
+
 static void test_unreachable(void **state) {
   (void)state;
   /* A port nobody listens on: bind one, note it, close it. */
@@ -401,6 +510,8 @@ int main(void) {
       GT_TEST(test_waits_woken_by_every_write),
       GT_TEST(test_prefix_views),
       GT_TEST(test_server_stop_mid_wait),
+      GT_TEST(test_stopped_server_bounds_every_call),
+      GT_TEST(test_server_wait_idle),
       GT_TEST(test_unreachable),
       GT_TEST(test_ipv6_and_port_in_use),
   };
