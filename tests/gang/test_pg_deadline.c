@@ -10,8 +10,8 @@
  * the rank not heard from.
  * Rank 1: what rank 0 contributed before giving up is there, so its
  * all_reduce may still finish, with the right sum; either way its next
- * call fails at once with GANG_TIMEOUT naming rank 0, instead of waiting
- * for a partner that gave up.
+ * call fails with GANG_TIMEOUT naming rank 0 (within the diagnosis's half
+ * second), instead of waiting for a partner that gave up.
  * Both over shared memory and over TCP. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,7 +60,7 @@ static int deadline_rank(int rank, int size, void *arg) {
     fprintf(stderr, "rank 0 (%s): wait(200 ms) -> %s after %.3f s: %s\n",
             mode, gang_status_name(st), took, gang_get_last_error(g));
     RCHECK(st == GANG_TIMEOUT);
-    RCHECK(took >= 0.19 && took < 0.2 + 1.0 + SLACK_S);
+    RCHECK(took >= 0.19 && took < 0.2 + 0.5 + SLACK_S);
     int done = 0;
     RCHECK(gang_work_test(w, &done) == GANG_TIMEOUT && done);
     gang_work_free(w);
@@ -91,7 +91,7 @@ static int deadline_rank(int rank, int size, void *arg) {
     fprintf(stderr, "rank 1 (%s): then %s after %.3f s: %s\n", mode,
             gang_status_name(st), took, gang_get_last_error(g));
     RCHECK(st == GANG_TIMEOUT);
-    RCHECK(took < SLACK_S);
+    RCHECK(took < 0.5 + SLACK_S);
     RCHECK(strstr(gang_get_last_error(g), "rank 0") != NULL);
   }
   gang_destroy(sub);
