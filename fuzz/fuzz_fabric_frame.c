@@ -47,11 +47,10 @@
 #include "core/bytes.h"
 #include "gang/status.h"
 
-/* The code under test is compiled into this file so that the fuzz build
- * instruments it, as fuzz_store_frame.c does with the store, and so the
- * hello's static functions are in reach. These definitions take
- * precedence over the archive's, whose fabric objects are then not
- * linked. */
+/* The code under test is compiled into this file, as fuzz_store_frame.c
+ * does with the store's, so that the hello's static functions are in
+ * reach. These definitions take precedence over the archive's, whose
+ * fabric objects are then not linked. */
 #include "../src/transport/fabric.c"
 #include "../src/transport/fabric_engine.c"
 #include "../src/transport/fabric_setup.c"

@@ -17,10 +17,11 @@
 #include "store/kv.h"
 #include "store/proto.h"
 
-/* The code under test is compiled into this file so that the fuzz build
- * instruments it for coverage (fuzz/CMakeLists.txt instruments only the
- * target's own sources, not libgang). These definitions take precedence
- * over the archive's, whose proto.o and kv.o are then not linked. */
+/* The code under test is compiled into this file, so the replay built by
+ * any compiler runs exactly these sources (the fuzz build instruments
+ * every object of libgang too, CMakeLists.txt). These definitions take
+ * precedence over the archive's, whose proto.o and kv.o are then not
+ * linked. */
 #include "../src/store/kv.c"
 #include "../src/store/proto.c"
 
