@@ -191,8 +191,9 @@ static bool names_rank(const char *err, int v) {
 }
 
 /* The rank the error blames for closing its connection: N of the last
- * "rank N ... closed the connection" or "connection to rank N ... failed",
- * or -1. */
+ * "rank N ... closed the connection", "connection to rank N ... failed"
+ * or "sending to rank N ...: <reason>" (a send that found it closed), or
+ * -1. */
 static int closed_by(const char *err) {
   int who = -1;
   for (const char *p = err; (p = strstr(p, "rank ")) != NULL; p += 5) {
@@ -204,8 +205,9 @@ static int closed_by(const char *err) {
     if (*tail == ' ' && tail[1] == '(') /* "rank 0 (127.0.0.1:4000)" */
       tail = strchr(tail, ')') ? strchr(tail, ')') + 1 : tail;
     bool to = p >= err + 14 && strncmp(p - 14, "connection to ", 14) == 0;
+    bool sending = p >= err + 11 && strncmp(p - 11, "sending to ", 11) == 0;
     if (strncmp(tail, " closed the connection", 22) == 0 ||
-        (to && strncmp(tail, " failed", 7) == 0))
+        (to && strncmp(tail, " failed", 7) == 0) || (sending && tail[0] == ':'))
       who = (int)r;
   }
   return who;
