@@ -1,8 +1,10 @@
 """gang: collectives between processes (shared memory + TCP) for Python.
 
 fairseq2's gang API (Gang, FakeGang, ProcessGroupGang, Gangs and the
-topology builders), PyTorch's DeviceMesh and fairseq's distributed helpers
-over the C library libgang. docs/python.md maps every name to its C call.
+topology builders), PyTorch's DeviceMesh, fairseq's distributed helpers and,
+in gang.ft, torchft's fault-tolerance pieces (LighthouseServer, Manager,
+the reconfigurable, error-swallowing and dummy gangs) over the C library
+libgang. docs/python.md maps every name to its C call.
 """
 
 from . import _gang
@@ -42,6 +44,7 @@ from ._topology import (
 from .device import Device, get_default_device
 from .device_mesh import DeviceMesh, init_device_mesh
 from .distributed_utils import all_gather_list, all_reduce_dict, broadcast_object
+from . import ft  # noqa: E402  (torchft's names: gang.ft.Manager, ...)
 
 # fairseq2's other names for the same classes
 InvalidOperationError = InvalidUsageError
@@ -92,4 +95,5 @@ __all__ = [
     "InternalError",
     "NotFoundError",
     "OperationalError",
+    "ft",
 ]

@@ -8,7 +8,9 @@
  *      numel, is_contiguous, device), so the package never imports torch.
  * Collectives run in place on the object's memory, so the checks are
  * strict: C-contiguous, a dtype gang reduces natively, native byte order,
- * writable when the collective writes. Each failure names the argument. */
+ * writable when the collective writes. Each failure names the argument.
+ * State registered with a manager is moved as bytes (GPY_BUF_BYTES): there
+ * any element type is taken. */
 #include <string.h>
 
 #include "gangmodule.h"
@@ -105,7 +107,7 @@ static int bad(const char *arg, const char *fmt, PyObject *what) {
 static int from_view(PyObject *obj, int mode, const char *arg, gpy_buf *b) {
   (void)obj;
   Py_buffer *v = &b->view;
-  if (mode == GPY_BUF_WRITE && v->readonly) {
+  if ((mode & GPY_BUF_WRITE) && v->readonly) {
     gpy_buf_release(b);
     gpy_raise_fmt(GANG_INVALID_ARGUMENT,
                   "`%s` is read-only, but the collective writes into it "
@@ -122,6 +124,12 @@ static int from_view(PyObject *obj, int mode, const char *arg, gpy_buf *b) {
     return -1;
   }
   int dt = dtype_from_format(v->format, v->itemsize);
+  if (dt < 0 && (mode & GPY_BUF_BYTES)) {
+    b->ptr = v->buf;
+    b->dtype = GANG_UINT8;
+    b->nbytes = b->count = (size_t)v->len;
+    return 0;
+  }
   if (dt < 0) {
     PyObject *f = PyUnicode_FromString(v->format ? v->format : "B");
     gpy_buf_release(b);
@@ -186,10 +194,13 @@ static int from_array_interface(PyObject *ai, int mode, const char *arg,
                      : -1;
   else if (kind == 'b')
     dt = size == 1 ? GANG_BOOL : -1;
+  size_t esize = dt >= 0 ? gang_dtype_size((gang_dtype)dt) : (size_t)size;
+  if (dt < 0 && (mode & GPY_BUF_BYTES) && size > 0)
+    dt = GANG_UINT8; /* counted in bytes below */
   if (dt < 0)
     return bad(arg, "has an element type gang does not reduce (typestr %R)",
                typestr);
-  if (mode == GPY_BUF_WRITE && PyObject_IsTrue(PyTuple_GET_ITEM(data, 1))) {
+  if ((mode & GPY_BUF_WRITE) && PyObject_IsTrue(PyTuple_GET_ITEM(data, 1))) {
     gpy_raise_fmt(GANG_INVALID_ARGUMENT,
                   "`%s` is read-only, but the collective writes into it", arg);
     return -1;
@@ -202,7 +213,6 @@ static int from_array_interface(PyObject *ai, int mode, const char *arg,
       return PyErr_Occurred() ? -1 : bad(arg, "has a negative shape %R", shape);
     count *= (size_t)d;
   }
-  size_t esize = gang_dtype_size((gang_dtype)dt);
   if (strides != NULL && strides != Py_None && count > 1) {
     /* Contiguous C order means each stride is the product to its right. */
     size_t expect = esize;
@@ -222,8 +232,8 @@ static int from_array_interface(PyObject *ai, int mode, const char *arg,
     return -1;
   b->ptr = ptr;
   b->dtype = (gang_dtype)dt;
-  b->count = count;
   b->nbytes = count * esize;
+  b->count = dt == GANG_UINT8 ? b->nbytes : count;
   return 0;
 }
 
@@ -291,7 +301,7 @@ static int tensor_dtype(PyObject *t, const char *arg) {
   return code;
 }
 
-static int from_tensor(PyObject *t, const char *arg, gpy_buf *b) {
+static int from_tensor(PyObject *t, int mode, const char *arg, gpy_buf *b) {
   /* is_cpu is a cheap flag; device.type builds a device object. */
   PyObject *flag = PyObject_GetAttr(t, s_is_cpu);
   if (flag == Py_True) {
@@ -330,8 +340,24 @@ cpu:;
     return -1;
   }
   int dt = tensor_dtype(t, arg);
-  if (dt < 0)
+  size_t esize = 0;
+  if (dt < 0 && (mode & GPY_BUF_BYTES) &&
+      PyErr_ExceptionMatches(gpy_error_class(GANG_INVALID_ARGUMENT))) {
+    /* Any element type, as bytes. */
+    PyErr_Clear();
+    PyObject *es = PyObject_CallMethod(t, "element_size", NULL);
+    if (es == NULL)
+      return -1;
+    esize = PyLong_AsSize_t(es);
+    Py_DECREF(es);
+    if (esize == (size_t)-1 && PyErr_Occurred())
+      return -1;
+    dt = GANG_UINT8;
+  } else if (dt < 0) {
     return -1;
+  } else {
+    esize = gang_dtype_size((gang_dtype)dt);
+  }
   PyObject *p = PyObject_CallMethodNoArgs(t, s_data_ptr);
   if (p == NULL)
     return -1;
@@ -348,8 +374,8 @@ cpu:;
     return -1;
   b->ptr = ptr;
   b->dtype = (gang_dtype)dt;
-  b->count = (size_t)count;
-  b->nbytes = (size_t)count * gang_dtype_size((gang_dtype)dt);
+  b->nbytes = (size_t)count * esize;
+  b->count = dt == GANG_UINT8 ? b->nbytes : (size_t)count;
   Py_INCREF(t);
   b->owner = t;
   return 0;
@@ -371,7 +397,7 @@ int gpy_buf_get(PyObject *obj, int mode, const char *arg, gpy_buf *b) {
     return -1;
   for (int i = 0; i < TENSOR_TYPES && tensor_types[i] != NULL; i++)
     if (Py_TYPE(obj) == tensor_types[i])
-      return from_tensor(obj, arg, b);
+      return from_tensor(obj, mode, arg, b);
   PyObject *ai = PyObject_GetAttr(obj, s_array_interface);
   if (ai != NULL) {
     int rc = from_array_interface(ai, mode, arg, b);
@@ -384,7 +410,7 @@ int gpy_buf_get(PyObject *obj, int mode, const char *arg, gpy_buf *b) {
   }
   PyErr_Clear();
   if (PyObject_HasAttr(obj, s_data_ptr) && PyObject_HasAttr(obj, s_dtype)) {
-    int rc = from_tensor(obj, arg, b);
+    int rc = from_tensor(obj, mode, arg, b);
     if (rc == 0)
       for (int i = 0; i < TENSOR_TYPES; i++)
         if (tensor_types[i] == NULL || tensor_types[i] == Py_TYPE(obj)) {

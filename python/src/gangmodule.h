@@ -7,6 +7,8 @@
  * gang_obj.c the _Gang type: a gang_t handle with every collective
  * work.c     the Work type: an async collective and the buffers it borrows
  * topo.c     the topologies (gangs_*) and the device mesh (gang_mesh_*)
+ * ft.c       fault tolerance (gang/ft.h): the lighthouse, the manager, and
+ *            the reconfigurable, error-swallowing and dummy gangs
  *
  * The rule everywhere: validate and take every buffer with the GIL held,
  * then release the GIL for the whole C call, so other Python threads run
@@ -30,6 +32,9 @@
 PyObject *gpy_raise(gang_status st, const char *what);
 /* Raises the class of `st` with a formatted message; returns NULL. */
 PyObject *gpy_raise_fmt(gang_status st, const char *fmt, ...);
+/* A new instance of the class of `st` (not raised) with .status,
+ * .status_name and .detail = `detail` (gang_strerror(st) when empty). */
+PyObject *gpy_error_new(gang_status st, const char *detail);
 /* The exception class of a status (borrowed). */
 PyObject *gpy_error_class(gang_status st);
 
@@ -47,9 +52,12 @@ typedef struct gpy_buf {
 
 #define GPY_BUF_READ 0
 #define GPY_BUF_WRITE 1
+/* Or'ed into the mode: any element type, taken as bytes (dtype UINT8,
+ * count = nbytes) when gang does not reduce it. */
+#define GPY_BUF_BYTES 2
 
 /* Fills *b from obj: a C-contiguous buffer of a supported element type,
- * writable when `mode` is GPY_BUF_WRITE. On failure raises
+ * writable when `mode` has GPY_BUF_WRITE. On failure raises
  * InvalidArgumentError (or NotSupportedError for a non-CPU tensor) naming
  * `arg`, and returns -1 with nothing held. */
 int gpy_buf_get(PyObject *obj, int mode, const char *arg, gpy_buf *b);
@@ -93,6 +101,10 @@ PyObject *gpy_work_new(PyObject *gang, gang_work *w, gpy_buf *bufs, int n,
 
 extern PyMethodDef gpy_topo_methods[];
 int gpy_topo_init(PyObject *m);
+
+/* ---- fault tolerance (ft.c) ----------------------------------------------- */
+
+int gpy_ft_init(PyObject *m);
 
 /* Parses a device (a str such as "cpu" / "cuda:1", or any object with
  * .type and .index such as torch.device) into *d. -1 with an exception. */

@@ -61,30 +61,39 @@ PyObject *gpy_error_class(gang_status st) {
   return gang_error;
 }
 
-static PyObject *raise_msg(gang_status st, PyObject *msg) {
+/* An instance of the class of `st` with .status, .status_name and .detail;
+ * steals `msg`. NULL with an exception set on failure. */
+static PyObject *error_new(gang_status st, PyObject *msg) {
   if (msg == NULL)
     return NULL;
-  PyObject *cls = gpy_error_class(st);
-  PyObject *exc = PyObject_CallOneArg(cls, msg);
+  PyObject *exc = PyObject_CallOneArg(gpy_error_class(st), msg);
   if (exc != NULL) {
     PyObject *code = PyLong_FromLong((long)st);
     PyObject *name = PyUnicode_FromString(gang_status_name(st));
     if (code == NULL || name == NULL ||
         PyObject_SetAttrString(exc, "status", code) < 0 ||
         PyObject_SetAttrString(exc, "status_name", name) < 0 ||
-        PyObject_SetAttrString(exc, "detail", msg) < 0) {
-      Py_XDECREF(code);
-      Py_XDECREF(name);
-      Py_DECREF(exc);
-      Py_DECREF(msg);
-      return NULL;
-    }
-    Py_DECREF(code);
-    Py_DECREF(name);
-    PyErr_SetObject(cls, exc);
-    Py_DECREF(exc);
+        PyObject_SetAttrString(exc, "detail", msg) < 0)
+      Py_CLEAR(exc);
+    Py_XDECREF(code);
+    Py_XDECREF(name);
   }
   Py_DECREF(msg);
+  return exc;
+}
+
+PyObject *gpy_error_new(gang_status st, const char *detail) {
+  if (detail == NULL || detail[0] == '\0')
+    detail = gang_strerror(st);
+  return error_new(st, PyUnicode_FromString(detail));
+}
+
+static PyObject *raise_msg(gang_status st, PyObject *msg) {
+  PyObject *exc = error_new(st, msg);
+  if (exc != NULL) {
+    PyErr_SetObject(gpy_error_class(st), exc);
+    Py_DECREF(exc);
+  }
   return NULL;
 }
 
@@ -137,7 +146,19 @@ static PyObject *py_last_error(PyObject *mod, PyObject *noargs) {
   return PyUnicode_FromString(gang_last_error());
 }
 
+/* _error(status, detail) -> the exception instance (not raised). */
+static PyObject *py_error(PyObject *mod, PyObject *args) {
+  (void)mod;
+  int st;
+  const char *detail = NULL;
+  if (!PyArg_ParseTuple(args, "i|z:_error", &st, &detail))
+    return NULL;
+  return gpy_error_new((gang_status)st, detail);
+}
+
 static PyMethodDef module_methods[] = {
+    {"_error", py_error, METH_VARARGS,
+     "_error(status, detail=None) -> the exception of that status."},
     {"world_info", py_world_info, METH_NOARGS,
      "world_info() -> dict: gang_world_info_from_env()."},
     {"strerror", py_strerror, METH_O, "strerror(status) -> str."},
@@ -191,7 +212,7 @@ PyMODINIT_FUNC PyInit__gang(void) {
       PyType_Ready(&gpy_work_type) < 0 ||
       PyModule_AddObjectRef(m, "_Gang", (PyObject *)&gpy_gang_type) < 0 ||
       PyModule_AddObjectRef(m, "Work", (PyObject *)&gpy_work_type) < 0 ||
-      gpy_topo_init(m) < 0 ||
+      gpy_topo_init(m) < 0 || gpy_ft_init(m) < 0 ||
       PyModule_AddStringConstant(m, "__version__", gang_version_string()) < 0) {
     Py_DECREF(m);
     return NULL;

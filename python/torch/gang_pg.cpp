@@ -63,6 +63,8 @@ gang_dtype dtype_of(const at::Tensor &t) {
     TORCH_CHECK(false, "gang: tensors of dtype ", t.scalar_type(),
                 " are not supported");
   }
+  return GANG_FLOAT32; // not reached: TORCH_CHECK threw (unoptimised builds
+                       // cannot tell)
 }
 
 void check_tensor(const at::Tensor &t, const char *what) {
@@ -88,6 +90,7 @@ gang_reduce_op op_of(const c10d::ReduceOp &op) {
     TORCH_CHECK(false, "gang: reduce op ", static_cast<int>(op),
                 " is not supported (SUM, AVG, PRODUCT, MIN, MAX are)");
   }
+  return GANG_SUM; // not reached: TORCH_CHECK threw
 }
 
 // One torch Work over any number of gang works posted by one call. The

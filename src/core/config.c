@@ -19,9 +19,11 @@ static const char *type_names[] = {[GANG__SETTING_INT] = "int",
                                    [GANG__SETTING_BOOL] = "bool",
                                    [GANG__SETTING_STRING] = "string"};
 
-/* Parses a leading signed integer and returns the rest of the text. */
+/* Parses a leading signed integer and returns the rest of the text;
+ * `kind` names what the value should be, with examples, for the error. */
 static gang_status parse_prefix(const char *what, const char *text,
-                                int64_t *out, const char **rest) {
+                                const char *kind, int64_t *out,
+                                const char **rest) {
   if (text == NULL || *text == '\0')
     return gang__error(GANG_INVALID_ARGUMENT, "%s: empty value", what);
   const char *p = text;
@@ -29,8 +31,8 @@ static gang_status parse_prefix(const char *what, const char *text,
     p++;
   if (!(isdigit((unsigned char)*p) ||
         ((*p == '-' || *p == '+') && isdigit((unsigned char)p[1]))))
-    return gang__error(GANG_INVALID_ARGUMENT, "%s: '%s' is not a number", what,
-                       text);
+    return gang__error(GANG_INVALID_ARGUMENT, "%s: '%s' is not %s", what,
+                       text, kind);
   errno = 0;
   char *end;
   long long v = strtoll(p, &end, 10);
@@ -51,7 +53,7 @@ static int only_space(const char *s) {
 gang_status gang__parse_int(const char *what, const char *text, int64_t *out) {
   int64_t v;
   const char *rest;
-  GANG_CHECK(parse_prefix(what, text, &v, &rest));
+  GANG_CHECK(parse_prefix(what, text, "a number (e.g. 4)", &v, &rest));
   if (!only_space(rest))
     return gang__error(GANG_INVALID_ARGUMENT,
                        "%s: '%s' has trailing characters '%s'", what, text,
@@ -75,7 +77,8 @@ static gang_status scale(const char *what, const char *text, int64_t v,
 gang_status gang__parse_size(const char *what, const char *text, int64_t *out) {
   int64_t v;
   const char *rest;
-  GANG_CHECK(parse_prefix(what, text, &v, &rest));
+  GANG_CHECK(
+      parse_prefix(what, text, "a size (e.g. 512k, 64M, 1G)", &v, &rest));
   while (isspace((unsigned char)*rest))
     rest++;
   int64_t mul = 1;
@@ -121,7 +124,8 @@ gang_status gang__parse_duration_ms(const char *what, const char *text,
                                     int64_t *out) {
   int64_t v;
   const char *rest;
-  GANG_CHECK(parse_prefix(what, text, &v, &rest));
+  GANG_CHECK(parse_prefix(what, text, "a duration (e.g. 10s, 500ms, 15m)",
+                          &v, &rest));
   while (isspace((unsigned char)*rest))
     rest++;
   static const struct {

@@ -93,8 +93,10 @@ static gang_status shared_quorum(gang_manager *m, bool shrink_only,
       len = rec != NULL ? strlen(rec) + 1 : 0;
     }
   }
-  if (m->vote == NULL)
+  if (m->vote == NULL) { /* a group of one: nobody to share it with */
+    free(rec);
     return (gang_status)status;
+  }
   /* Rank 0 may take the whole quorum timeout: the others wait that long
    * and a little more, then give up without failing the group's gang. */
   gang_work *w = NULL;

@@ -2,6 +2,7 @@
  * blocking calls as post + wait on a work that lives on the caller's stack
  * (so a blocking collective allocates nothing), and the operations built on
  * the backend's collectives: split and variable-size payloads. */
+#include <inttypes.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -80,14 +81,20 @@ void gang__work_complete(gang_work *w, gang_status st) {
   finish(w, st);
 }
 
+/* Breaks g and tells the peers, with this thread's last error as the
+ * reason. */
+static void abort_with_last_error(gang_t *g) {
+  gang__fail(g, GANG_ABORTED);
+  if (g->ops->abort != NULL)
+    g->ops->abort(g);
+}
+
 void gang_abort(gang_t *g) {
   if (g == NULL)
     return;
   gang__error(GANG_ABORTED, "gang rank %d/%d: aborted by gang_abort", g->rank,
               g->size);
-  gang__fail(g, GANG_ABORTED);
-  if (g->ops->abort != NULL)
-    g->ops->abort(g);
+  abort_with_last_error(g);
 }
 
 void gang_destroy(gang_t *g) {
@@ -327,6 +334,7 @@ static gang_status post_ex(gang_t *g, const gang__coll *c, gang_work *w,
   atomic_init(&w->done, 0);
   w->status = GANG_OK;
   w->heap = heap;
+  atomic_init(&w->short_wait, false);
   w->coll = *c;
   w->detail[0] = '\0';
   w->impl = NULL;
@@ -349,6 +357,9 @@ static gang_status wait_work(gang_work *w, int64_t timeout_ms) {
   if (!atomic_load_explicit(&w->done, memory_order_acquire)) {
     int64_t deadline =
         gang__deadline_in_ms(timeout_ms < 0 ? g->timeout_ms : timeout_ms);
+    atomic_store_explicit(&w->short_wait,
+                          timeout_ms >= 0 && timeout_ms < g->timeout_ms,
+                          memory_order_relaxed);
     gang_status st = g->ops->wait ? g->ops->wait(w, deadline)
                                   : gang__error(GANG_INTERNAL,
                                                 "%s gang left work incomplete",
@@ -412,9 +423,10 @@ void gang_work_free(gang_work *w) {
     return;
   if (!atomic_load(&w->done)) {
     /* Its buffers would be written after the caller stopped caring. */
-    gang__error(GANG_ABORTED, "%s freed before it completed",
-                gang__coll_name(w->coll.kind));
-    gang_abort(w->g);
+    gang__error(GANG_ABORTED,
+                "gang rank %d/%d: %s #%" PRIu64 " freed before it completed",
+                w->g->rank, w->g->size, gang__coll_name(w->coll.kind), w->seq);
+    abort_with_last_error(w->g);
     if (w->g->ops->wait != NULL)
       w->g->ops->wait(w, GANG_DEADLINE_NONE);
   }

@@ -92,6 +92,9 @@ struct gang_work {
   atomic_int done;
   gang_status status;
   bool heap;        /* allocated by a _post call (gang_work_free frees it) */
+  /* Waited for with a deadline before the gang's own: the backend must not
+   * run it on the waiting thread, where it would keep the gang's deadline. */
+  atomic_bool short_wait;
   gang__coll coll;  /* what was posted */
   char detail[512]; /* what went wrong, when status != GANG_OK */
   void *impl;       /* backend state */

@@ -131,13 +131,20 @@ static gang_status pg_subgang(gang_t *g, const int *ranks, int n, int index,
   return st;
 }
 
-/* Peers learn of the abort through the world, where a sub-gang's rank
- * means nothing: it names the world rank too when they differ. */
+/* The peers are told the reason the gang recorded (gang_abort's, or a
+ * work freed unfinished). They learn of it through the world, where a
+ * sub-gang's rank means nothing: it names the world rank too when they
+ * differ. */
 static void pg_abort(gang_t *g) {
   pg *p = g->impl;
-  char why[128];
-  int n = snprintf(why, sizeof why, "gang_abort on gang rank %d/%d", g->rank,
-                   g->size);
+  char why[640];
+  const char *reason = gang_get_last_error(g);
+  int n;
+  if (reason != NULL && reason[0] != '\0')
+    n = snprintf(why, sizeof why, "%.500s", reason);
+  else
+    n = snprintf(why, sizeof why, "gang_abort on gang rank %d/%d", g->rank,
+                 g->size);
   if (p->map[g->rank] != g->rank && n > 0 && (size_t)n < sizeof why)
     snprintf(why + n, sizeof why - (size_t)n, " (world rank %d)",
              p->map[g->rank]);

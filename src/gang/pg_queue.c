@@ -20,7 +20,8 @@ static void run_one(gang_t *g, gang_work *w) {
   const gang__coll *c = &w->coll;
   /* A collective that starts on a failed world fails without running:
    * who reached it says nothing, and a diagnosis of each one queued
-   * behind a timeout would add its budget to the error path every time. */
+   * behind a timeout would add its budget to the error path every time.
+   * One that ran and timed out, here or on a peer that told us, asks. */
   bool ran = gang__fabric_status(p->w->fabric, NULL, 0) == GANG_OK;
   gang_status st = gang__pg_execute(g, w);
   /* Every path reduces MEAN as a SUM; the division happens once, here. */
@@ -141,7 +142,11 @@ gang_status gang__pg_wait(gang_work *w, int64_t deadline) {
     return gang__pg_wait_p2p(w, deadline);
   pthread_mutex_lock(&p->mu);
   while (!atomic_load(&w->done)) {
-    if (!atomic_load(&p->running) && !TAILQ_EMPTY(&p->queue) && drain(g, w))
+    /* Running it here saves the worker's wake-up, but the collective then
+     * runs with the gang's deadline: not for a shorter wait. */
+    if (!atomic_load_explicit(&w->short_wait, memory_order_relaxed) &&
+        !atomic_load(&p->running) &&
+        !TAILQ_EMPTY(&p->queue) && drain(g, w))
       continue;
     if (gang__deadline_passed(deadline)) {
       /* Make the running collective give up, then wait for it to say so:

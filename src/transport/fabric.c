@@ -298,6 +298,37 @@ static void early_buf_free(conn *c, uint8_t *p, size_t cap) {
   c->spare_count++;
 }
 
+
+/* The early-message bound (GANG_TCP_EARLY_MAX): whether c may buffer len
+ * more bytes. When it may not, c fails with NO_MEMORY naming the peer:
+ * this rank needs a message behind what the peer sent ahead (holds_back
+ * keeps a rank that needs nothing yet from getting here). */
+static bool early_room(gang__fabric *f, conn *c, size_t len) {
+  if (c->early_bytes + len <= f->early_max)
+    return true;
+  char why[1024];
+  snprintf(why, sizeof why,
+           "%s sent %zu bytes of messages ahead of this rank's receives, and "
+           "a %zu-byte one more would pass GANG_TCP_EARLY_MAX (%zu): this "
+           "rank waits for a message behind them. Post receives in the order "
+           "the peer sends, or raise GANG_TCP_EARLY_MAX",
+           c->name, c->early_bytes, len, f->early_max);
+  fabric_fail_locked(f, GANG_NO_MEMORY, why);
+  return false;
+}
+
+/* Whether the frame whose header is staged at h waits where it is: it
+ * would be buffered as an early message past GANG_TCP_EARLY_MAX and no
+ * receive is posted on c, so nothing is needed from this peer yet. Not
+ * reading makes TCP hold the peer back. */
+static bool holds_back(const gang__fabric *f, conn *c, const uint8_t *h) {
+  uint64_t len = gang__get_u64(h + 24);
+  c->held = gang__get_u32(h) == FRAME_DATA && len > 0 && len <= EAGER_MAX &&
+            c->early_bytes + len > f->early_max &&
+            TAILQ_EMPTY(&c->posted) && !c->hup;
+  return c->held;
+}
+
 /* A header has arrived: find where its payload goes. */
 static void on_header(gang__fabric *f, conn *c) {
   uint32_t kind = gang__get_u32(c->rhdr);
@@ -345,9 +376,14 @@ static void on_header(gang__fabric *f, conn *c) {
     c->rx = x;
     return;
   }
+  if (len > 0 && len <= EAGER_MAX && !early_room(f, c, (size_t)len))
+    return;
   umsg *u = calloc(1, sizeof *u);
-  if (u != NULL && len > 0 && len <= EAGER_MAX)
+  if (u != NULL && len > 0 && len <= EAGER_MAX) {
     u->data = early_buf(c, (size_t)len, &u->cap);
+    if (u->data != NULL)
+      c->early_bytes += u->cap;
+  }
   if (u == NULL || (len > 0 && len <= EAGER_MAX && u->data == NULL)) {
     free(u);
     snprintf(why, sizeof why,
@@ -369,6 +405,7 @@ void fabric_deliver(gang__fabric *f, conn *c, umsg *u, gang__xfer *x) {
   if (x->len)
     memcpy(x->buf, u->data, x->len);
   TAILQ_REMOVE(&c->uq, u, link);
+  c->early_bytes -= u->data != NULL ? u->cap : 0;
   early_buf_free(c, u->data, u->cap);
   free(u);
   fabric_complete(f, x);
@@ -449,7 +486,11 @@ static bool resolve_deferred(gang__fabric *f, conn *c) {
   }
   if (TAILQ_EMPTY(&c->posted) && !c->hup)
     return false;
+  if (!early_room(f, c, u->len))
+    return false;
   u->data = early_buf(c, u->len, &u->cap);
+  if (u->data != NULL)
+    c->early_bytes += u->cap;
   if (u->data == NULL) {
     char why[1024];
     snprintf(why, sizeof why,
@@ -463,6 +504,8 @@ static bool resolve_deferred(gang__fabric *f, conn *c) {
 }
 
 bool fabric_stalled(const conn *c) {
+  if (TAILQ_EMPTY(&c->posted) && !c->hup && c->held)
+    return true;
   return c->in_payload && c->rum != NULL && c->rum->data == NULL &&
          c->rum->waiting == NULL && TAILQ_EMPTY(&c->posted) && !c->hup;
 }
@@ -588,6 +631,8 @@ void fabric_pull(gang__fabric *f, conn *c) {
     } else if (staged >= HDR) {
       const uint8_t *h = c->stage + c->s_off;
       size_t head = fabric_frame_head(gang__get_u32(h), gang__get_u64(h + 24));
+      if (staged >= head && holds_back(f, c, h))
+        return; /* a receive posted here, or the peer's end, reads on */
       if (staged >= head) { /* the header and its pad, if any */
         c->last_padded = head > HDR;
         memcpy(c->rhdr, h, HDR);

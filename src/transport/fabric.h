@@ -80,6 +80,17 @@ typedef struct gang__xfer {
 gang_status gang__fabric_create(const gang__fabric_config *cfg,
                                 gang__fabric **out);
 
+/* A fabric over connections made by the caller, for tests and the fuzz
+ * target (fuzz/fuzz_fabric_frame.c): no store, no hello, no TCP tuning,
+ * but the rest as gang__fabric_create makes it (settings, stages, wake
+ * fd). fds[p] is a connected stream socket to rank p (a socketpair's end
+ * will do), or -1 for a peer not connected yet, as during setup: no
+ * transfer may then name it. fds[rank] is ignored. Takes ownership of
+ * every fd in fds, also on failure. Errors: GANG_INVALID_ARGUMENT (rank
+ * not in [0, size), or a bad setting), GANG_NO_MEMORY, GANG_SYSTEM. */
+gang_status gang__fabric_create_connected(int rank, int size, const int *fds,
+                                          gang__fabric **out);
+
 /* This rank's host runs more ranks than it has CPUs: waits spin at most
  * 50 µs before sleeping (a spinning rank takes the CPU its peers need),
  * unless GANG_TCP_SPIN_US is set. */

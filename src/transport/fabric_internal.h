@@ -137,6 +137,8 @@ typedef struct conn {
   struct umsg_queue uq;     /* messages before their receive */
   bool last_padded;         /* the last frame read was a large one (pull) */
   struct spare_list spares; /* freed early-message buffers kept */
+  size_t early_bytes;       /* bytes buffered in early messages (uq) */
+  bool held;                /* a header left staged: early_bytes full */
   size_t spare_bytes;       /* their total size */
   int spare_count;          /* and number */
 } conn;
@@ -157,6 +159,7 @@ struct gang__fabric {
   void *fail_arg;
   int64_t spin_ns; /* GANG_TCP_SPIN_US */
   size_t piece;    /* GANG_TCP_PIECE, 0: sends are never paced */
+  size_t early_max; /* GANG_TCP_EARLY_MAX */
   bool piece_set;  /* ... by the user; else chosen per connection */
   int sockbuf;     /* GANG_SOCKET_BUFFER, 0: the kernel's */
   /* GANG_TCP_CONGESTION: cc_all set on every connection; else, unless

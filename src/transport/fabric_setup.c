@@ -72,9 +72,28 @@ static gang_status hello_check(const gang__fabric *f, const hello *h,
   if ((int)h->size != f->size)
     return gang__error(GANG_MISMATCH, "%s has world size %u, this rank %d", who,
                        h->size, f->size);
-  if ((int)h->rank >= f->size || (want_rank >= 0 && (int)h->rank != want_rank))
+  if (h->rank >= (uint32_t)f->size)
+    return gang__error(GANG_PROTOCOL, "%s claims rank %u of a world of %d",
+                       who, h->rank, f->size);
+  if (want_rank >= 0 && (int)h->rank != want_rank)
     return gang__error(GANG_PROTOCOL, "%s claims rank %u, expected %d", who,
                        h->rank, want_rank);
+  return GANG_OK;
+}
+
+/* Decodes and checks the hello b from `who` (the peer-facing bytes of
+ * setup): `want_rank` >= 0 is the rank connected to; < 0, a connection
+ * accepted from any higher rank not yet connected. *them is the decoded
+ * hello, whatever the outcome. */
+static gang_status hello_accept(const gang__fabric *f, const uint8_t *b,
+                                const uint8_t *token, int want_rank,
+                                const char *who, hello *them) {
+  hello_decode(b, them);
+  GANG_CHECK(hello_check(f, them, token, want_rank, who));
+  if (want_rank < 0 &&
+      ((int)them->rank <= f->rank || f->conns[them->rank].fd >= 0))
+    return gang__error(GANG_PROTOCOL, "%s claims rank %u twice or out of order",
+                       who, them->rank);
   return GANG_OK;
 }
 
@@ -229,8 +248,7 @@ static gang_status connect_lower(gang__fabric *f,
     st = gang__sock_read_full(fd, b, HELLO_LEN, cfg->deadline, -1, c->name);
   if (st == GANG_OK) {
     hello them;
-    hello_decode(b, &them);
-    st = hello_check(f, &them, token, peer, c->name);
+    st = hello_accept(f, b, token, peer, c->name, &them);
   }
   if (st == GANG_OK)
     st = tune_connection(f, c, fd);
@@ -269,12 +287,7 @@ static int take_hello(gang__fabric *f, const gang__fabric_config *cfg,
   char who[64];
   snprintf(who, sizeof who, "an incoming connection to rank %d", f->rank);
   hello them;
-  hello_decode(p->b, &them);
-  gang_status s = hello_check(f, &them, token, -1, who);
-  if (s == GANG_OK &&
-      ((int)them.rank <= f->rank || f->conns[them.rank].fd >= 0))
-    s = gang__error(GANG_PROTOCOL, "%s claims rank %u twice or out of order",
-                    who, them.rank);
+  gang_status s = hello_accept(f, p->b, token, -1, who, &them);
   if (s != GANG_OK) {
     /* Refuse it and keep waiting for the real peers. */
     GANG_WARN(TCP, "refused a fabric connection: %s", gang_last_error());
@@ -409,13 +422,15 @@ static gang_status world_token(gang__fabric *f, gang_store *st,
   return GANG_OK;
 }
 
-gang_status gang__fabric_create(const gang__fabric_config *cfg,
-                                gang__fabric **out) {
+/* A fabric of `size` ranks seen from `rank`, with no connections yet
+ * (every fd -1): its lock, its connections' queues and stages, the
+ * settings it runs by and its wake fd. On failure everything is freed. */
+static gang_status fabric_alloc(int rank, int size, gang__fabric **out) {
   gang__fabric *f = calloc(1, sizeof *f);
   if (f == NULL)
     return gang__error(GANG_NO_MEMORY, "fabric: out of memory");
-  f->rank = cfg->rank;
-  f->size = cfg->size;
+  f->rank = rank;
+  f->size = size;
   f->wakefd = -1;
   pthread_mutex_init(&f->mu, NULL);
   pthread_condattr_t ca;
@@ -423,21 +438,24 @@ gang_status gang__fabric_create(const gang__fabric_config *cfg,
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
   pthread_cond_init(&f->cv, &ca);
   pthread_condattr_destroy(&ca);
-  f->conns = calloc((size_t)cfg->size, sizeof *f->conns);
-  int lfd = -1;
+  f->conns = calloc((size_t)size, sizeof *f->conns);
   gang_status st = GANG_OK;
   if (f->conns == NULL) {
     st = gang__error(GANG_NO_MEMORY, "fabric: out of memory");
     goto fail;
   }
-  for (int p = 0; p < cfg->size; p++) {
+  for (int p = 0; p < size; p++) {
     f->conns[p].fd = -1;
     f->conns[p].peer = p;
     TAILQ_INIT(&f->conns[p].sq);
     TAILQ_INIT(&f->conns[p].posted);
     TAILQ_INIT(&f->conns[p].uq);
     SLIST_INIT(&f->conns[p].spares);
-    if (p != cfg->rank && (f->conns[p].stage = malloc(STAGE_CAP)) == NULL) {
+  }
+  /* Only once every fd is -1: destroying a fabric whose stages could not
+   * all be had must not close the calloc'd 0 of the connections after. */
+  for (int p = 0; p < size; p++) {
+    if (p != rank && (f->conns[p].stage = malloc(STAGE_CAP)) == NULL) {
       st = gang__error(GANG_NO_MEMORY, "fabric: out of memory");
       goto fail;
     }
@@ -453,6 +471,17 @@ gang_status gang__fabric_create(const gang__fabric_config *cfg,
     goto fail;
   }
   f->piece = (size_t)piece;
+  int64_t early = 0;
+  GANG_CHECK_GOTO(gang__setting_int(GANG_SETTING_TCP_EARLY_MAX, &early), st,
+                  fail);
+  if (early < EAGER_MAX) {
+    st = gang__error(GANG_INVALID_ARGUMENT,
+                     "GANG_TCP_EARLY_MAX must be at least %d bytes (one "
+                     "eager message), not %lld",
+                     EAGER_MAX, (long long)early);
+    goto fail;
+  }
+  f->early_max = (size_t)early;
   f->piece_set = gang__setting_is_set(GANG_SETTING_TCP_PIECE);
   GANG_CHECK_GOTO(gang__setting_int(GANG_SETTING_SOCKET_BUFFER, &sockbuf), st,
                   fail);
@@ -470,6 +499,46 @@ gang_status gang__fabric_create(const gang__fabric_config *cfg,
     st = gang__error_errno(GANG_SYSTEM, errno, "fabric: eventfd");
     goto fail;
   }
+  *out = f;
+  return GANG_OK;
+fail:
+  gang__fabric_destroy(f);
+  return st;
+}
+
+gang_status gang__fabric_create_connected(int rank, int size, const int *fds,
+                                          gang__fabric **out) {
+  gang__fabric *f = NULL;
+  gang_status st;
+  if (size < 1 || rank < 0 || rank >= size)
+    st = gang__error(GANG_INVALID_ARGUMENT,
+                     "fabric: rank %d of a world of %d", rank, size);
+  else
+    st = fabric_alloc(rank, size, &f);
+  if (st != GANG_OK) {
+    for (int p = 0; p < size; p++)
+      if (p != rank && fds[p] >= 0)
+        close(fds[p]);
+    return st;
+  }
+  for (int p = 0; p < size; p++) {
+    if (p == rank)
+      continue;
+    conn *c = &f->conns[p];
+    c->fd = fds[p];
+    c->piece = f->piece; /* no congestion control to choose it by */
+    snprintf(c->name, sizeof c->name, "rank %d", p);
+  }
+  *out = f;
+  return GANG_OK;
+}
+
+gang_status gang__fabric_create(const gang__fabric_config *cfg,
+                                gang__fabric **out) {
+  gang__fabric *f = NULL;
+  GANG_CHECK(fabric_alloc(cfg->rank, cfg->size, &f));
+  int lfd = -1;
+  gang_status st = GANG_OK;
   if (cfg->size == 1) { /* nobody to meet */
     *out = f;
     return GANG_OK;

@@ -121,7 +121,7 @@ static void test_gang_info_tool(void **state) {
   char *env[] = {"GANG_TIMEOUT=never", NULL};
   st = gt_run_cmd(argv, env, &out, 10000);
   assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 1);
-  assert_non_null(strstr(out, "'never' is not a number"));
+  assert_non_null(strstr(out, "'never' is not a duration (e.g. 10s"));
   free(out);
   free(path);
 }

@@ -1,15 +1,18 @@
 #!/bin/sh
 # Runs the demo the README runs (train_tp_dp as 4 ranks, tp 2 x dp 2) and
 # checks it trained and matched the single-process reference; then the
-# second example, hello_gang, under gangrun and on a fake gang.
+# second example, hello_gang, under gangrun and on a fake gang. The runs
+# are the README's with --standalone: a store on a free port, not gangrun's
+# default 29500, which another job on this host may hold.
 set -eu
 gangrun="$1"
 hello="$2"
 train="$3"
 
-out=$("$gangrun" --nproc-per-node 4 "$train" 2>&1) || {
+out=$("$gangrun" --standalone --nproc-per-node 4 "$train" 2>&1) || {
+  rc=$?
   echo "$out"
-  echo "gangrun train_tp_dp exited with $?"
+  echo "gangrun train_tp_dp exited with $rc"
   exit 1
 }
 echo "$out"
@@ -23,9 +26,10 @@ printf '%s\n' "$out" |
 printf '%s\n' "$out" | grep -q '^\[rank0\]:train_tp_dp: PASS$' ||
   { echo "no PASS line"; exit 1; }
 
-out=$("$gangrun" --nproc-per-node 4 "$hello" 2>&1) || {
+out=$("$gangrun" --standalone --nproc-per-node 4 "$hello" 2>&1) || {
+  rc=$?
   echo "$out"
-  echo "gangrun hello_gang exited with $?"
+  echo "gangrun hello_gang exited with $rc"
   exit 1
 }
 echo "$out"

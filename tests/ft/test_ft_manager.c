@@ -184,7 +184,7 @@ static void spawn_group(procs *ps, const run_cfg *c, int g, int inc) {
     pid_t pid = fork();
     if (pid == 0) {
       alarm(120); /* no child outlives a broken test */
-      _exit(replica_main(c, g, inc, r));
+      gt_child_exit(replica_main(c, g, inc, r));
     }
     assert_true(pid > 0);
     ps->pid[ps->n] = pid;
@@ -346,17 +346,48 @@ static double wait_commit_after(const char *log, double t0, int part, int skip,
   return t;
 }
 
+/* ---- A failed test stops its processes -------------------------------------- */
+
+/* What the running test started, for its teardown: a failed check leaves
+ * the test at once, and its replicas and lighthouse must not run on until
+ * their alarms (nor hold ctest until its timeout). */
+static procs *g_ps;
+static lh_proc *g_lh;
+
+static int ft_teardown(void **state) {
+  if (g_ps != NULL) {
+    for (int i = 0; i < g_ps->n; i++)
+      if (g_ps->pid[i] > 0) {
+        kill(g_ps->pid[i], SIGKILL);
+        gt_wait_child(g_ps->pid[i], 5000);
+        g_ps->pid[i] = -1;
+      }
+    g_ps = NULL;
+  }
+  if (g_lh != NULL) {
+    lh_kill(g_lh);
+    g_lh = NULL;
+  }
+  return gt_leak_teardown(state);
+}
+
+#define FT_TEST(fn) cmocka_unit_test_setup_teardown(fn, gt_leak_setup, ft_teardown)
+
 /* ---- Tests ---------------------------------------------------------------------- */
 
 static void test_kill9_survivors_go_on_and_restart_heals(void **state) {
   (void)state;
   g_test++;
   lh_cfg lc = {0, 1, 2000, 1000};
-  lh_proc lh = lh_start(&lc);
+  static lh_proc lh;
+  lh = lh_start(&lc);
+  g_lh = &lh;
   assert_true(lh.pid > 0);
   char *log = new_log();
   run_cfg c = {log, lh.port, 2, 80, 15, 1000, 10000, false, 0};
-  procs ps = {0};
+  static procs ps; /* static: the teardown reads it after a failure */
+  memset(&ps, 0, sizeof ps);
+  g_ps = &ps;
   for (int g = 0; g < 3; g++)
     spawn_group(&ps, &c, g, 0);
   wait_committed(log, 1, 0, 10, 60);
@@ -390,11 +421,15 @@ static void test_sigstop_declared_dead_then_rejoins(void **state) {
   (void)state;
   g_test++;
   lh_cfg lc = {0, 1, 2000, 1000};
-  lh_proc lh = lh_start(&lc);
+  static lh_proc lh;
+  lh = lh_start(&lc);
+  g_lh = &lh;
   assert_true(lh.pid > 0);
   char *log = new_log();
   run_cfg c = {log, lh.port, 1, 70, 15, 1000, 10000, false, 0};
-  procs ps = {0};
+  static procs ps; /* static: the teardown reads it after a failure */
+  memset(&ps, 0, sizeof ps);
+  g_ps = &ps;
   for (int g = 0; g < 3; g++)
     spawn_group(&ps, &c, g, 0);
   wait_committed(log, 2, 0, 10, 60);
@@ -420,13 +455,17 @@ static void test_split_half_forms_no_quorum(void **state) {
   (void)state;
   g_test++;
   lh_cfg lc = {0, 1, 500, 1000};
-  lh_proc lh = lh_start(&lc);
+  static lh_proc lh;
+  lh = lh_start(&lc);
+  g_lh = &lh;
   assert_true(lh.pid > 0);
   char *log = new_log();
   /* Groups 2 and 3 beat for 3 s without joining. */
   run_cfg beat = {log, lh.port, 1, 0, 0, 1000, 1000, true, 3000};
   run_cfg c = {log, lh.port, 1, 10, 5, 1000, 1000, false, 0};
-  procs ps = {0};
+  static procs ps; /* static: the teardown reads it after a failure */
+  memset(&ps, 0, sizeof ps);
+  g_ps = &ps;
   spawn_group(&ps, &beat, 2, 0);
   spawn_group(&ps, &beat, 3, 0);
   double t_beat = 0;
@@ -467,11 +506,15 @@ static void test_lighthouse_restart(void **state) {
   (void)state;
   g_test++;
   lh_cfg lc = {0, 1, 500, 1000};
-  lh_proc lh = lh_start(&lc);
+  static lh_proc lh;
+  lh = lh_start(&lc);
+  g_lh = &lh;
   assert_true(lh.pid > 0);
   char *log = new_log();
   run_cfg c = {log, lh.port, 2, 60, 10, 1000, 10000, false, 0};
-  procs ps = {0};
+  static procs ps; /* static: the teardown reads it after a failure */
+  memset(&ps, 0, sizeof ps);
+  g_ps = &ps;
   spawn_group(&ps, &c, 0, 0);
   spawn_group(&ps, &c, 1, 0);
   wait_committed(log, 0, 0, 15, 60);
@@ -493,10 +536,10 @@ int main(void) {
   if (getenv("GANG_TEST_FILTER") != NULL) /* one test, by hand */
     cmocka_set_test_filter(getenv("GANG_TEST_FILTER"));
   const struct CMUnitTest tests[] = {
-      GT_TEST(test_kill9_survivors_go_on_and_restart_heals),
-      GT_TEST(test_sigstop_declared_dead_then_rejoins),
-      GT_TEST(test_split_half_forms_no_quorum),
-      GT_TEST(test_lighthouse_restart),
+      FT_TEST(test_kill9_survivors_go_on_and_restart_heals),
+      FT_TEST(test_sigstop_declared_dead_then_rejoins),
+      FT_TEST(test_split_half_forms_no_quorum),
+      FT_TEST(test_lighthouse_restart),
   };
   return cmocka_run_group_tests(tests, gt_store_group_setup,
                                 gt_store_group_teardown);

@@ -3,11 +3,13 @@
  * over TCP), a stopped (hung) peer, an abort from another thread, ranks
  * that disagree on the collective, and a peer that sends garbage. Every
  * survivor must get the right status promptly, later calls must fail fast
- * with the same status, and nothing may leak: no fd, no child, nothing in
- * /dev/shm. The ranks share this host, so collectives go over shared
- * memory unless a test sets GANG_SHM_DISABLE. */
+ * with the same status, and nothing may leak: no fd, no child, no arena
+ * mapping. The ranks share this host, so collectives go over shared
+ * memory unless a test sets GANG_SHM_DISABLE. Arenas are memfds, which
+ * vanish with the last process that maps them: nothing of the test's is
+ * ever in /dev/shm, so the test does not look there (another program's
+ * files would only make it flaky). */
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <errno.h>
 #include <ifaddrs.h>
 #include <net/if.h>
@@ -127,41 +129,25 @@ static int kill_rank(int rank, int size, void *arg) {
   return 0;
 }
 
-/* Entries in /dev/shm (a crashed rank must leave none behind). */
-static int count_dev_shm(void) {
-  DIR *d = opendir("/dev/shm");
-  int n = 0;
-  if (d == NULL)
-    return 0;
-  for (struct dirent *e; (e = readdir(d)) != NULL;)
-    n += e->d_name[0] != '.';
-  closedir(d);
-  return n;
-}
-
 /* Single copy, forced: 4 ranks on 2 CPUs would stage by default. */
 static void test_kill9_during_all_reduce(void **state) {
   (void)state;
-  int shm0 = count_dev_shm();
   setenv("GANG_SHM_CMA", "1", 1);
   g_round++;
   int rc = gt_run_ranks(4, kill_rank, NULL, 120000);
   unsetenv("GANG_SHM_CMA");
   assert_int_equal(rc, 0);
-  assert_int_equal(count_dev_shm(), shm0);
 }
 
 /* Staged copies only: survivors notice through their waits, not through a
  * failing process_vm_readv. */
 static void test_kill9_during_staged_all_reduce(void **state) {
   (void)state;
-  int shm0 = count_dev_shm();
   setenv("GANG_SHM_CMA", "0", 1);
   g_round++;
   int rc = gt_run_ranks(4, kill_rank, NULL, 120000);
   unsetenv("GANG_SHM_CMA");
   assert_int_equal(rc, 0);
-  assert_int_equal(count_dev_shm(), shm0);
 }
 
 static void test_kill9_during_tcp_all_reduce(void **state) {
@@ -543,8 +529,10 @@ static int subgang_abort_rank(int rank, int size, void *arg) {
   fprintf(stderr, "rank %d: %s: %s\n", rank, gang_status_name(st),
           gang_last_error());
   RCHECK(st == GANG_ABORTED);
-  if (rank != 3)
-    RCHECK(strstr(gang_last_error(), "gang rank 1/2 (world rank 3)") != NULL);
+  if (rank != 3) {
+    RCHECK(strstr(gang_last_error(), "gang rank 1/2") != NULL);
+    RCHECK(strstr(gang_last_error(), "(world rank 3)") != NULL);
+  }
   gang_destroy(sub);
   gang_destroy(g);
   return 0;

@@ -41,16 +41,20 @@ static const char *g_mode = "shm";
 static _Atomic int *g_entered;
 
 /* Value of element i on rank r for op, as a double (always a small
- * integer, exact in every dtype including float16/bfloat16 and int8). */
+ * integer, exact in every dtype including float16/bfloat16 and int8). The
+ * index enters through a residue modulo a large prime, so the values have
+ * no short period: a block of the result misplaced by any offset (a
+ * multiple of 3, an even one) shows. */
 static double value(int r, size_t i, gang_reduce_op op) {
+  int h = (int)((i * 40503u + 17u) % 1000003u);
   switch (op) {
   case GANG_PRODUCT:
-    return (double)(1 + (r + (int)i) % 2); /* 1 or 2 */
+    return (double)(1 + (r + h) % 2); /* 1 or 2 */
   case GANG_MIN:
   case GANG_MAX:
-    return (double)((r * 7 + (int)i * 3) % 11);
+    return (double)((r * 7 + h) % 11);
   default:
-    return (double)((r + 1) + (int)(i % 3));
+    return (double)((r + 1) + h % 7); /* int8 SUM of 8 ranks: at most 84 */
   }
 }
 
@@ -186,7 +190,7 @@ static void check_all_reduce(gang_t *g, size_t count, int use_post) {
     for (size_t o = 0; o < 5; o++) {
       gang_dtype dt = all_dtypes[d];
       gang_reduce_op op = all_ops[o];
-      /* int8 SUM of 8 ranks of (r+1+i%3) stays below 127; PRODUCT of 2s
+      /* int8 SUM of 8 ranks of (r+1+h%7) stays below 127; PRODUCT of 2s
        * reaches 2^8 = 256 for n = 8 and wraps in int8/uint8 alike in the
        * reference and the kernel only if both wrap: skip that case. */
       if (op == GANG_PRODUCT && n > 6 && (dt == GANG_INT8 || dt == GANG_UINT8))

@@ -10,6 +10,7 @@
 #include "harness/harness.h"
 
 #include "gang/gang.h"
+#include "gang/store.h"
 
 static int g_round;
 
@@ -354,9 +355,18 @@ static int review_rank(int rank, int size, void *arg) {
   const review_arg *ra = arg;
   gang_t *g = join(rank, size);
   static char buf[8192] = "left soon";
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d/review%d", gt_store_port(),
+           g_round);
+  gang_store_options so = GANG_STORE_OPTIONS_INIT;
+  so.timeout_ms = 30000;
+  gang_store *ctl = NULL;
+  RCHECK_OK(gang_store_connect(addr, &so, &ctl));
   if (rank == 1) {
     RCHECK_OK(gang_send(g, buf, ra->len, 0, 1));
-    gang_destroy(g);
+    gang_destroy(g); /* its goodbye is written before this returns */
+    RCHECK_OK(gang_store_set(ctl, "left", "1", 1));
+    gang_store_close(ctl);
     return 0;
   }
   /* With `posted`, the receive of rank 1's message is still registered
@@ -369,9 +379,12 @@ static int review_rank(int rank, int size, void *arg) {
     RCHECK_OK(gang_recv_post(g, buf, ra->len, 1, 1, &rw));
   else
     RCHECK_OK(gang_recv(g, buf, ra->len, 1, 1));
-  /* Rank 1's goodbye is on its way; give it time to arrive. */
-  struct timespec ts = {0, 200 * 1000 * 1000};
-  nanosleep(&ts, NULL);
+  /* Rank 1 has left: its goodbye is in this rank's socket (loopback). */
+  void *v = NULL;
+  size_t vn = 0;
+  RCHECK_OK(gang_store_get(ctl, "left", &v, &vn));
+  gang_store_free(v);
+  gang_store_close(ctl);
   char out[16] = "too late";
   gang_status st = gang_send(g, out, sizeof out, 1, 2);
   fprintf(stderr, "send after the peer left: %s: %s\n", gang_status_name(st),

@@ -18,6 +18,40 @@
 #include "gang/status.h"
 #include "gang/store.h"
 
+/* gcc says __SANITIZE_ADDRESS__, clang __has_feature(address_sanitizer). */
+#if defined(__SANITIZE_ADDRESS__)
+#define GT_HAVE_LSAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(leak_sanitizer)
+#define GT_HAVE_LSAN 1
+#endif
+#endif
+#ifdef GT_HAVE_LSAN
+#include <sanitizer/lsan_interface.h>
+#endif
+
+int gt_leak_check(void) {
+#ifdef GT_HAVE_LSAN
+  /* Honours ASAN_OPTIONS=detect_leaks (0: returns 0 without looking). */
+  return __lsan_do_recoverable_leak_check();
+#else
+  return 0;
+#endif
+}
+
+void gt_child_exit(int code) {
+  fflush(stdout);
+  fflush(stderr);
+  if (code == 0 && gt_leak_check() != 0) {
+    fprintf(stderr, "leak check: LeakSanitizer found leaks in child %d "
+                    "(report above)\n",
+            (int)getpid());
+    code = GT_EXIT_LEAK;
+  }
+  fflush(stderr);
+  _exit(code);
+}
+
 static int64_t now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -130,6 +164,9 @@ int gt_wait_child(pid_t pid, int timeout_ms) {
 static void print_status(const char *who, int status) {
   if (status == -1)
     fprintf(stderr, "%s: killed by the watchdog (timeout)\n", who);
+  else if (WIFEXITED(status) && WEXITSTATUS(status) == GT_EXIT_LEAK)
+    fprintf(stderr, "%s: exited with status %d (leaks found)\n", who,
+            GT_EXIT_LEAK);
   else if (WIFEXITED(status))
     fprintf(stderr, "%s: exited with status %d\n", who, WEXITSTATUS(status));
   else if (WIFSIGNALED(status))
@@ -155,9 +192,7 @@ int gt_run_ranks(int size, gt_rank_fn fn, void *arg, int timeout_ms) {
       dup2(fds[r], 2);
       setvbuf(stdout, NULL, _IONBF, 0);
       int rc = fn(r, size, arg);
-      fflush(stdout);
-      fflush(stderr);
-      _exit(rc == 0 ? 0 : 1);
+      gt_child_exit(rc == 0 ? 0 : 1);
     }
   }
   int64_t deadline = now_ms() + timeout_ms;
@@ -260,7 +295,7 @@ gt_store_proc gt_store_proc_start(const char *secret) {
     while (read(to[0], &c, 1) > 0)
       ;
     gang_store_server_stop(srv);
-    _exit(0);
+    gt_child_exit(0);
   }
   close(to[0]);
   close(from[1]);
@@ -281,7 +316,14 @@ void gt_store_proc_stop(gt_store_proc *sp) {
   pid_t r = waitpid(sp->pid, &status, 0);
   sp->pid = -1;
   if (r < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    fail_msg("the store server process did not exit cleanly");
+    fail_msg("the store server process did not exit cleanly (%s %d)",
+             r < 0                   ? "waitpid failed, errno"
+             : !WIFEXITED(status)    ? "killed by signal"
+             : WEXITSTATUS(status) == GT_EXIT_LEAK ? "leaks found, status"
+                                     : "exit status",
+             r < 0 ? errno
+             : !WIFEXITED(status) ? WTERMSIG(status)
+                                  : WEXITSTATUS(status));
 }
 
 static gt_store_proc group_store;

@@ -9,6 +9,12 @@
  * - Leak checks: file descriptors, threads and child processes are counted
  *   around each cmocka test (GT_TEST) and a difference fails the test.
  *
+ * - Leaks in children: a child process ends with _exit, so LeakSanitizer's
+ *   check at exit never runs in it; gt_child_exit runs that check first
+ *   (in ASan builds) and turns a reported leak into exit status
+ *   GT_EXIT_LEAK. Every child that ends well goes through it: the ranks of
+ *   gt_run_ranks, the store server process, and tests' own children.
+ *
  * Children must not use cmocka's assert_* (its longjmp would resume the
  * parent's test list inside the child): they use RCHECK, which prints where
  * and exits the child with status 1. */
@@ -26,6 +32,21 @@
 #include <cmocka.h>
 
 typedef int (*gt_rank_fn)(int rank, int size, void *arg);
+
+/* Exit status of a child whose leak check found leaks (LeakSanitizer's
+ * own default exit code). */
+#define GT_EXIT_LEAK 23
+
+/* Runs LeakSanitizer's check now (ASan builds with detect_leaks on; a
+ * no-op returning 0 otherwise): prints a report of unreachable blocks to
+ * stderr and returns nonzero when there are any. */
+int gt_leak_check(void);
+
+/* Ends a child process: with code 0, runs gt_leak_check first and exits
+ * GT_EXIT_LEAK when it reports; otherwise exits `code` at once (a child
+ * that already failed leaves its objects behind on purpose, and a leak
+ * report would only bury its error). Flushes stdout and stderr. */
+_Noreturn void gt_child_exit(int code);
 
 /* Returns 0 when every child exited 0 before timeout_ms; otherwise prints
  * each child's output and status and returns -1. No child outlives it. */
@@ -87,6 +108,8 @@ int gt_leak_teardown(void **state);
 #define GT_TEST(fn)                                                            \
   cmocka_unit_test_setup_teardown(fn, gt_leak_setup, gt_leak_teardown)
 
+/* RCHECK and RCHECK_OK end a failing child with status 1 and no leak
+ * check (see gt_child_exit). */
 #define RCHECK(cond)                                                           \
   do {                                                                         \
     if (!(cond)) {                                                             \

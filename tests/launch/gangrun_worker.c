@@ -7,6 +7,10 @@
  *                       (recording pid files in $GR_DIR)
  *   failonce R CODE     rank R exits CODE when GANG_RESTART_COUNT is 0;
  *                       every rank prints its restart count and exits 0
+ *   failuntil R N CODE  rank R exits CODE while GANG_RESTART_COUNT < N;
+ *                       every rank prints its restart count
+ *   failcrash R         rank R exits 3 in attempt 0, kills itself with
+ *                       SIGKILL in attempt 1, succeeds after
  *   crash R             rank R kills itself with SIGKILL; others wait
  *   wait [ignore-term]  record $GR_DIR/pid.RANK, then wait for SIGTERM and
  *                       record $GR_DIR/term.RANK (or ignore SIGTERM)
@@ -198,6 +202,24 @@ int main(int argc, char **argv) {
     printf("restart=%d\n", restart);
     if (rank == atoi(argv[2]) && restart == 0)
       return atoi(argv[3]);
+    return 0;
+  }
+  if (strcmp(mode, "failuntil") == 0 && argc > 4) {
+    int restart = env_int("GANG_RESTART_COUNT");
+    printf("restart=%d\n", restart);
+    fflush(stdout);
+    if (rank == atoi(argv[2]) && restart < atoi(argv[3]))
+      return atoi(argv[4]);
+    return 0;
+  }
+  if (strcmp(mode, "failcrash") == 0 && argc > 2) {
+    int restart = env_int("GANG_RESTART_COUNT");
+    printf("restart=%d\n", restart);
+    fflush(stdout);
+    if (rank == atoi(argv[2]) && restart == 0)
+      return 3;
+    if (rank == atoi(argv[2]) && restart == 1)
+      raise(SIGKILL);
     return 0;
   }
   if (strcmp(mode, "crash") == 0 && argc > 2) {

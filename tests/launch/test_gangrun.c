@@ -530,6 +530,29 @@ static void test_restarts(void **state) {
   assert_int_equal(exit_code(st), 3);
   must_not_contain(out, "restarting");
   free(out);
+
+  /* Out of restarts: three attempts fail, the job ends with the root
+   * cause's status. */
+  st = run(&out, NULL, "--standalone", "--nproc-per-node", "2",
+           "--max-restarts", "2", GR_WORKER, "failuntil", "0", "9", "4", NULL);
+  assert_int_equal(exit_code(st), 4);
+  must_contain(out, "[rank0]:restart=2\n");
+  must_contain(out, "restarting the worker group (restart 2 of 2)");
+  must_not_contain(out, "restart 3");
+  must_not_contain(out, "restart=3");
+  must_contain(out, "exit code 4");
+  free(out);
+
+  /* A crash in a later attempt: exit 3, then SIGKILL, then success. */
+  st = run(&out, NULL, "--standalone", "--nproc-per-node", "2",
+           "--max-restarts", "3", GR_WORKER, "failcrash", "1", NULL);
+  assert_int_equal(exit_code(st), 0);
+  must_contain(out, "exit code 3");
+  must_contain(out, "signal 9 (SIGKILL)");
+  must_contain(out, "restarting the worker group (restart 2 of 3)");
+  must_contain(out, "[rank1]:restart=2\n");
+  must_not_contain(out, "restart=3");
+  free(out);
 }
 
 static void test_store(void **state) {
@@ -682,10 +705,55 @@ static void test_bad_flags(void **state) {
   assert_int_equal(exit_code(gt_run_cmd(help, NULL, &out, TIMEOUT_MS)), 0);
   must_contain(out, "--nproc-per-node");
   free(out);
-  char *missing[] = {gangrun_path, "--standalone", "no-such-program-xyz", NULL};
-  assert_int_equal(exit_code(gt_run_cmd(missing, NULL, &out, TIMEOUT_MS)), 127);
-  must_contain(out, "no-such-program-xyz: command not found");
-  free(out);
+  /* A program that cannot be run: the value, the reason in words, the fix
+   * where there is one, and a shell's status (127 not found, 126 found but
+   * not runnable). */
+  char dir[] = "/tmp/gangrun-progs-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char noexec[64], garbage[64], nofile[64];
+  snprintf(noexec, sizeof noexec, "%s/noexec.sh", dir);
+  snprintf(garbage, sizeof garbage, "%s/garbage", dir);
+  snprintf(nofile, sizeof nofile, "%s/missing", dir);
+  FILE *f = fopen(noexec, "w");
+  assert_non_null(f);
+  fputs("#!/bin/sh\ntrue\n", f);
+  fclose(f);
+  assert_int_equal(chmod(noexec, 0644), 0);
+  f = fopen(garbage, "w");
+  assert_non_null(f);
+  fputs("\x7f\x01 not a program\n", f);
+  fclose(f);
+  assert_int_equal(chmod(garbage, 0755), 0);
+  struct {
+    const char *prog;
+    int code;
+    const char *want[3];
+  } progs[] = {
+      {"no-such-program-xyz",
+       127,
+       {"cannot run 'no-such-program-xyz'", "not found in PATH",
+        "./no-such-program-xyz"}},
+      {nofile, 127, {"cannot run '", "/missing'", "No such file"}},
+      {noexec, 126, {"noexec.sh'", "permission denied", "chmod +x"}},
+      {dir, 126, {"cannot run '", "is a directory", NULL}},
+      {garbage, 126, {"cannot run '", "garbage'", "Exec format error"}},
+  };
+  for (size_t i = 0; i < sizeof progs / sizeof progs[0]; i++) {
+    char *argv[] = {gangrun_path, "--standalone", (char *)progs[i].prog, NULL};
+    int code = exit_code(gt_run_cmd(argv, NULL, &out, TIMEOUT_MS));
+    if (code != progs[i].code)
+      fail_msg("program %s: exit %d, want %d; output '%s'", progs[i].prog,
+               code, progs[i].code, out);
+    for (int k = 0; k < 3 && progs[i].want[k]; k++)
+      if (strstr(out, progs[i].want[k]) == NULL)
+        fail_msg("program %s: output '%s' lacks '%s'", progs[i].prog, out,
+                 progs[i].want[k]);
+    assert_null(strstr(out, "errno"));
+    free(out);
+  }
+  unlink(noexec);
+  unlink(garbage);
+  rmdir(dir);
   /* A program found on PATH, --flag=value for a port, "--" separator. */
   char *path_prog[] = {gangrun_path, "--master-port=0", "--", "true", NULL};
   assert_int_equal(exit_code(gt_run_cmd(path_prog, NULL, &out, TIMEOUT_MS)), 0);

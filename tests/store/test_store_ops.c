@@ -174,8 +174,11 @@ static int64_t elapsed_ms(int64_t t0) {
   return (gang__now_ns() - t0) / 1000000;
 }
 
+/* A deadline is never early; how late it may be is the scheduler's on a
+ * loaded machine (two cores shared with builds: 35 ms for a 10 ms one has
+ * been seen), so the bound above only catches a deadline ignored. */
 static void check_deadline(int64_t got_ms, int64_t want_ms) {
-  int64_t slack = want_ms / 10 > 20 ? want_ms / 10 : 20;
+  int64_t slack = want_ms / 2 > 250 ? want_ms / 2 : 250;
   if (got_ms < want_ms - 1 || got_ms > want_ms + slack)
     fail_msg("timed out after %lld ms, wanted %lld (+%lld)", (long long)got_ms,
              (long long)want_ms, (long long)slack);
@@ -210,7 +213,7 @@ static void test_timeout_then_usable(void **state) {
   /* zero timeout: immediate */
   t0 = gang__now_ns();
   assert_int_equal(gang_store_wait(st, keys, 3, 0), GANG_TIMEOUT);
-  assert_true(elapsed_ms(t0) < 20);
+  assert_true(elapsed_ms(t0) < 250); /* one round trip, not a wait */
   int64_t n;
   assert_gang_ok(gang_store_num_keys(st, &n));
   assert_int_equal(n, 1); /* waiting left no placeholder keys */
@@ -340,7 +343,7 @@ static void test_server_stop_mid_wait(void **state) {
   int64_t t0 = gang__now_ns();
   assert_int_equal(gang_store_set(st, "x", "y", 1), GANG_PEER_LOST);
   assert_non_null(strstr(gang_last_error(), "closed the connection"));
-  assert_true(elapsed_ms(t0) < 100);
+  assert_true(elapsed_ms(t0) < 250);
   gang_store_close(st);
 }
 

@@ -141,7 +141,7 @@ static pid_t start_parked_get(void) {
   }
   gang_store_free(v);
   gang_store_close(st);
-  _exit(0);
+  gt_child_exit(0);
 }
 
 static void test_1024_connections(void **state) {

@@ -3,11 +3,14 @@
  * client commands against it and against a file store, their output and
  * exit codes (0 ok, 1 failed, 2 usage), and a short `bench` run. */
 #include <errno.h>
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 
 #include "harness/harness.h"
@@ -154,6 +157,15 @@ static void test_serve_and_client(void **state) {
   expect(0, "all present", env, "wait", s.addr, "greeting", "job1/n", NULL);
   expect(1, "'nope'", env, "wait", "--timeout", "200ms", s.addr, "greeting",
          "nope", NULL);
+  /* A longer wait says what it waits for. */
+  char *out;
+  assert_int_equal(run(env, &out, "wait", "--timeout", "4500ms", s.addr,
+                       "greeting", "nope", NULL),
+                   1);
+  if (strstr(out, "waiting for keys 'greeting', 'nope' at") == NULL ||
+      strstr(out, "still missing: 'nope'") == NULL)
+    fail_msg("wait for a missing key: output:\n%s", out);
+  free(out);
   expect(1, "deadline", env, "get", s.addr, "nope", "--timeout", "200ms", NULL);
   expect(1, "not a decimal integer", env, "add", s.addr, "greeting", NULL);
   expect(0, "deleted", env, "delete", s.addr, "greeting", NULL);
@@ -191,6 +203,76 @@ static void test_serve_and_client(void **state) {
 
   /* the server is gone: a clear failure naming the address */
   expect(1, s.addr, env, "keys", s.addr, "--timeout", "300ms", NULL);
+}
+
+/* A port of 127.0.0.1 where nothing listens, held by this process (bound,
+ * never listening: connects are refused) so that nothing else takes it
+ * while the test runs. Returns the socket; *port receives the port. */
+static int refused_port(int *port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  assert_true(fd >= 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET,
+                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+  socklen_t len = sizeof sa;
+  assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+  *port = ntohs(sa.sin_port);
+  return fd;
+}
+
+/* Nothing listens at the address: the client says what it waits for every
+ * few seconds, and gives up after its timeout: --timeout, else
+ * GANG_STORE_TIMEOUT, else a short default (30 s), not the library's 5 min. */
+static void test_nothing_listens(void **state) {
+  (void)state;
+  int port;
+  int fd = refused_port(&port);
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+  char waiting[128];
+  snprintf(waiting, sizeof waiting, "waiting for the store at %s", addr);
+
+  int64_t t0 = gang__now_ns();
+  char *out;
+  assert_int_equal(run(NULL, &out, "keys", addr, "--timeout", "4s", NULL), 1);
+  double took = (double)(gang__now_ns() - t0) / 1e9;
+  if (strstr(out, waiting) == NULL || strstr(out, " s of 4 s)") == NULL ||
+      strstr(out, "Connection refused") == NULL || took < 3.9 || took > 10)
+    fail_msg("keys --timeout 4s, nothing listening: %.1f s, output:\n%s",
+             took, out);
+  free(out);
+
+  char *env[] = {"GANG_STORE_TIMEOUT=4500ms", NULL};
+  assert_int_equal(run(env, &out, "get", addr, "k", NULL), 1);
+  if (strstr(out, waiting) == NULL || strstr(out, " s of 4500 ms)") == NULL)
+    fail_msg("get with GANG_STORE_TIMEOUT=4500ms: output:\n%s", out);
+  free(out);
+
+  /* No --timeout: still waiting after 5 s, and saying out of how long. */
+  char *argv[] = {tool, "keys", addr, NULL};
+  int st = gt_run_cmd(argv, NULL, &out, 5000);
+  if (st != -1 || strstr(out, waiting) == NULL ||
+      strstr(out, " s of 30 s)") == NULL)
+    fail_msg("keys without --timeout: status %d, output:\n%s", st, out);
+  free(out);
+  close(fd);
+}
+
+/* A host that does not resolve is not a usage error: one line naming the
+ * host and the reason, exit 1. */
+static void test_unresolvable_host(void **state) {
+  (void)state;
+  char *out;
+  assert_int_equal(
+      run(NULL, &out, "keys", "no-such-host.invalid:29500", "--timeout", "5s",
+          NULL),
+      1);
+  if (strstr(out, "usage") != NULL ||
+      strstr(out, "no-such-host.invalid") == NULL ||
+      strstr(out, "resolve") == NULL || strchr(out, '\n') == NULL ||
+      strchr(out, '\n')[1] != '\0')
+    fail_msg("unresolvable host: output:\n%s", out);
+  free(out);
 }
 
 static void test_file_addr(void **state) {
@@ -252,6 +334,8 @@ int main(void) {
   tool = gt_tool_path("gang-store");
   const struct CMUnitTest tests[] = {
       GT_TEST(test_serve_and_client),
+      GT_TEST(test_nothing_listens),
+      GT_TEST(test_unresolvable_host),
       GT_TEST(test_file_addr),
       GT_TEST(test_usage_errors),
       GT_TEST(test_bench_embedded),

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "harness/harness.h"
@@ -214,6 +215,77 @@ static void test_withdrawn_receive(void **state) {
   assert_int_equal(gt_run_ranks(2, cancel_rank, NULL, 60000), 0);
 }
 
+/* ---- Fabrics over the caller's connections --------------------------------
+ */
+
+/* gang__fabric_create_connected: two fabrics of one process over a
+ * socketpair, with no store and no hello, move messages both ways (padded
+ * ones, an empty one, and a large one that arrives before its receive and
+ * is buffered once the receive behind it waits) driven by non-blocking
+ * passes; a rank outside the world is refused, and the fds given are
+ * closed then too (GT_TEST checks for leaks). */
+static void test_connected_fabrics(void **state) {
+  (void)state;
+  int sv[2];
+  assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+  gang__fabric *f[2] = {NULL, NULL};
+  int fds0[2] = {-1, sv[0]}, fds1[2] = {sv[1], -1};
+  assert_int_equal(gang__fabric_create_connected(0, 2, fds0, &f[0]), GANG_OK);
+  assert_int_equal(gang__fabric_create_connected(1, 2, fds1, &f[1]), GANG_OK);
+  enum { BIG = 100000, LATE = 70000 };
+  unsigned char *in[2], *out[2], late_in[LATE], late_out[LATE];
+  for (int r = 0; r < 2; r++) {
+    in[r] = malloc(BIG);
+    out[r] = malloc(BIG);
+    assert_non_null(in[r]);
+    assert_non_null(out[r]);
+    for (size_t i = 0; i < BIG; i++)
+      out[r][i] = pattern((uint32_t)r, i);
+  }
+  for (size_t i = 0; i < LATE; i++)
+    late_out[i] = pattern(3, i);
+  /* Rank 0 sends the late message first and posts its receive last. */
+  gang__xfer x0[3] = {xfer(true, 1, 3, late_out, LATE),
+                      xfer(true, 1, 1, out[0], BIG),
+                      xfer(false, 1, 2, in[0], BIG)};
+  gang__xfer x1[3] = {xfer(true, 0, 2, out[1], BIG),
+                      xfer(false, 0, 1, in[1], BIG),
+                      xfer(true, 0, 4, NULL, 0)};
+  gang__xfer e = xfer(false, 1, 4, NULL, 0);
+  gang__xgroup g0, g1, ge;
+  assert_int_equal(gang__fabric_start(f[0], x0, 3, &g0, "rank 0"), GANG_OK);
+  assert_int_equal(gang__fabric_start(f[1], x1, 3, &g1, "rank 1"), GANG_OK);
+  assert_int_equal(gang__fabric_start(f[0], &e, 1, &ge, "empty"), GANG_OK);
+  bool d0 = false, d1 = false, de = false;
+  int64_t deadline = gang__deadline_in_ms(20000);
+  while (!(d0 && d1 && de) && !gang__deadline_passed(deadline)) {
+    assert_int_equal(gang__fabric_test(f[0], &g0, "rank 0", &d0), GANG_OK);
+    assert_int_equal(gang__fabric_test(f[1], &g1, "rank 1", &d1), GANG_OK);
+    assert_int_equal(gang__fabric_test(f[0], &ge, "empty", &de), GANG_OK);
+  }
+  assert_true(d0 && d1 && de);
+  assert_memory_equal(in[0], out[1], BIG);
+  assert_memory_equal(in[1], out[0], BIG);
+  /* The late message was kept; its receive takes it now. */
+  gang__xfer l = xfer(false, 0, 3, late_in, LATE);
+  assert_int_equal(
+      gang__fabric_run(f[1], &l, 1, gang__deadline_in_ms(20000), "late"),
+      GANG_OK);
+  assert_memory_equal(late_in, late_out, LATE);
+  for (int r = 0; r < 2; r++) {
+    gang__fabric_destroy(f[r]);
+    free(in[r]);
+    free(out[r]);
+  }
+  /* Refused: rank 2 of a world of 2; the fds given are closed. */
+  assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+  int bad[2] = {sv[0], sv[1]};
+  gang__fabric *none = NULL;
+  assert_int_equal(gang__fabric_create_connected(2, 2, bad, &none),
+                   GANG_INVALID_ARGUMENT);
+  assert_null(none);
+}
+
 static int make_store(void **state) {
   (void)state;
   snprintf(g_path, sizeof g_path, "/tmp/gang-test-match-%d", (int)getpid());
@@ -233,6 +305,7 @@ int main(void) {
       GT_TEST(test_receives_in_reverse_order),
       GT_TEST(test_wrong_length_is_a_mismatch),
       GT_TEST(test_withdrawn_receive),
+      GT_TEST(test_connected_fabrics),
   };
   return cmocka_run_group_tests(tests, make_store, remove_store);
 }

@@ -3,12 +3,19 @@
  * at and nudging a running rendezvous; `bench` measures the store's
  * throughput and latency with N concurrent clients (docs/store-benchmark.md).
  *
+ * A client command waits at most --timeout (else GANG_STORE_TIMEOUT when
+ * set, else 30 s: an operator at a terminal should not wait the library's
+ * 5 minutes), and while it waits, for the server to accept or for keys, it
+ * says on stderr every few seconds what it is waiting for.
+ *
  * Exit codes: 0 success, 1 the operation failed (the library's detail is
- * printed; for `check`, some key is missing), 2 usage error. */
+ * printed; for `check`, some key is missing; a host that does not
+ * resolve), 2 usage error. */
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +25,7 @@
 
 #include "core/clock.h"
 #include "core/config.h"
+#include "core/hostport.h"
 #include "gang/status.h"
 #include "gang/store.h"
 
@@ -35,7 +43,8 @@ static const char usage_text[] =
     "  gang-store wait   ADDR KEY...        wait until all exist\n"
     "  gang-store bench  ADDR|--embedded --clients N --ops N\n"
     "                   --op set|get|add [--value-size B] [--json]\n"
-    "client options: --timeout DURATION (e.g. 5s, 200ms), --secret-file F\n"
+    "client options: --timeout DURATION (e.g. 5s, 200ms; default 30s, or\n"
+    "GANG_STORE_TIMEOUT when set), --secret-file F\n"
     "ADDR is host:port[/prefix], tcp://host:port[/prefix] or file:///path.\n"
     "The secret may also come from GANG_STORE_SECRET. `serve` prints the\n"
     "port it listens on as the first line of stdout and runs until SIGINT\n"
@@ -195,6 +204,109 @@ static int cmd_serve(args *a) {
   return 0;
 }
 
+/* ---- what a waiting client waits for ------------------------------------ */
+
+/* How often a waiting client command says so. */
+#define REPORT_EVERY_MS 3000
+
+/* A thread that, while the command is in a phase that may wait (`what` is
+ * not empty), prints "waiting for <what> (N s of <limit>)" to stderr every
+ * REPORT_EVERY_MS; a new phase starts its count again. */
+typedef struct reporter {
+  pthread_mutex_t mu;
+  pthread_cond_t cv; /* CLOCK_MONOTONIC */
+  pthread_t thread;
+  bool running, stop;
+  unsigned phase; /* bumped by each report_phase */
+  char what[512];
+  char limit[32];
+} reporter;
+
+static void *report_run(void *arg) {
+  reporter *r = arg;
+  pthread_mutex_lock(&r->mu);
+  unsigned phase = r->phase;
+  int64_t start = gang__now_ns();
+  int64_t next = start + REPORT_EVERY_MS * 1000000LL;
+  while (!r->stop) {
+    int64_t now = gang__now_ns();
+    if (r->phase != phase) {
+      phase = r->phase;
+      start = now;
+      next = now + REPORT_EVERY_MS * 1000000LL;
+    }
+    if (now >= next) {
+      if (r->what[0] != '\0')
+        fprintf(stderr, "gang-store: waiting for %s (%lld s of %s)\n",
+                r->what, (long long)((now - start) / 1000000000LL),
+                r->limit);
+      next += REPORT_EVERY_MS * 1000000LL;
+      continue;
+    }
+    struct timespec ts = {(time_t)(next / 1000000000LL),
+                          (long)(next % 1000000000LL)};
+    pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+  }
+  pthread_mutex_unlock(&r->mu);
+  return NULL;
+}
+
+/* Starts the reporter; without it (no thread) the command only says less. */
+static void report_start(reporter *r, int64_t limit_ms) {
+  memset(r, 0, sizeof *r);
+  pthread_mutex_init(&r->mu, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&r->cv, &ca);
+  pthread_condattr_destroy(&ca);
+  if (limit_ms % 1000 == 0)
+    snprintf(r->limit, sizeof r->limit, "%lld s", (long long)(limit_ms / 1000));
+  else
+    snprintf(r->limit, sizeof r->limit, "%lld ms", (long long)limit_ms);
+  r->running = pthread_create(&r->thread, NULL, report_run, r) == 0;
+}
+
+/* Names what the command waits for from now on ("" once it no longer
+ * waits); printf-style. */
+static void report_phase(reporter *r, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void report_phase(reporter *r, const char *fmt, ...) {
+  pthread_mutex_lock(&r->mu);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(r->what, sizeof r->what, fmt, ap);
+  va_end(ap);
+  r->phase++;
+  pthread_cond_signal(&r->cv);
+  pthread_mutex_unlock(&r->mu);
+}
+
+static void report_stop(reporter *r) {
+  pthread_mutex_lock(&r->mu);
+  r->stop = true;
+  pthread_cond_signal(&r->cv);
+  pthread_mutex_unlock(&r->mu);
+  if (r->running)
+    pthread_join(r->thread, NULL);
+  pthread_cond_destroy(&r->cv);
+  pthread_mutex_destroy(&r->mu);
+}
+
+/* Describes keys[0..n) as "key 'a'" or "keys 'a', 'b'" (shortened). */
+static void describe_keys(char *buf, size_t cap, const char *const *keys,
+                          int n) {
+  size_t len = (size_t)snprintf(buf, cap, "key%s ", n > 1 ? "s" : "");
+  for (int i = 0; i < n && len < cap; i++) {
+    if (i == 4) {
+      snprintf(buf + len, cap - len, " and %d more", n - 4);
+      return;
+    }
+    len += (size_t)snprintf(buf + len, cap - len, "%s'%.64s'", i ? ", " : "",
+                            keys[i]);
+  }
+}
+
 /* ---- client commands ---------------------------------------------------- */
 
 static gang_status open_store(args *a, const char *addr, gang_store **st) {
@@ -236,12 +348,52 @@ static int cmd_client(args *a) {
       gang__parse_int("DELTA", a->pos[2], &delta) != GANG_OK)
     return usage_error("%s", gang_last_error());
 
+  /* A malformed ADDR is the user's typo (usage, exit 2); a well-formed
+   * one whose host does not resolve is an operation that failed (exit 1). */
+  const char *addr = a->pos[0];
+  if (strncmp(addr, "file://", 7) != 0) {
+    gang__hostport hp;
+    const char *hpt = strncmp(addr, "tcp://", 6) == 0 ? addr + 6 : addr;
+    if (gang__hostport_parse(hpt, GANG__HOSTPORT_TAIL, &hp, NULL) != GANG_OK) {
+      char msg[600];
+      snprintf(msg, sizeof msg, "store address '%s': %s", addr,
+               gang_last_error());
+      return usage_error("%s", msg);
+    }
+  }
+  if (!a->have_timeout) {
+    a->timeout_ms = 30000;
+    if (getenv("GANG_STORE_TIMEOUT") != NULL &&
+        gang__setting_int(GANG_SETTING_STORE_TIMEOUT, &a->timeout_ms) !=
+            GANG_OK) {
+      fprintf(stderr, "gang-store: %s\n", gang_last_error());
+      return 2;
+    }
+    a->have_timeout = true;
+  }
+
+  reporter rep;
+  report_start(&rep, a->timeout_ms);
+  report_phase(&rep, "the store at %s to accept a connection", addr);
   gang_store *st = NULL;
-  gang_status s = open_store(a, a->pos[0], &st);
-  if (s == GANG_INVALID_ARGUMENT) /* a malformed ADDR is the user's typo */
-    return usage_error("%s", gang_last_error());
-  if (s != GANG_OK)
+  gang_status s = open_store(a, addr, &st);
+  if (s != GANG_OK) {
+    report_stop(&rep);
+    if (s == GANG_INVALID_ARGUMENT) { /* the name does not resolve */
+      fprintf(stderr, "gang-store: %s: %s (check the host name)\n", c,
+              gang_last_error());
+      return 1;
+    }
     return failed("connect", s);
+  }
+  char keys[400];
+  describe_keys(keys, sizeof keys, &a->pos[1], a->npos - 1);
+  if (strcmp(c, "get") == 0 || strcmp(c, "wait") == 0)
+    report_phase(&rep, "%s at %s", keys, addr);
+  else if (strcmp(c, "set") == 0 || strcmp(c, "add") == 0 ||
+           strcmp(c, "delete") == 0 || strcmp(c, "check") == 0 ||
+           strcmp(c, "keys") == 0)
+    report_phase(&rep, "the store at %s to answer %s", addr, c);
   rc = 0;
   if (strcmp(c, "get") == 0) {
     void *v = NULL;
@@ -286,6 +438,7 @@ static int cmd_client(args *a) {
     if (s == GANG_OK)
       printf("all present\n");
   }
+  report_stop(&rep);
   if (s != GANG_OK)
     rc = failed(c, s);
   gang_store_close(st);

@@ -143,9 +143,43 @@ static void free_env(char **env) {
 }
 
 /* PATH lookup done here, before fork: execvpe is not async-signal-safe. */
-static char *resolve(const char *prog) {
+/* Why a program cannot be run, with the exit status a shell would give
+ * (127: not found; 126: found but not runnable). */
+typedef struct why_not {
+  char text[256];
+  int code;
+} why_not;
+
+/* A path that names the program: NULL with *why when it cannot be run. */
+static char *check_path(const char *prog, why_not *why) {
+  struct stat st;
+  if (stat(prog, &st) != 0) {
+    snprintf(why->text, sizeof why->text, "%s", strerror(errno));
+    why->code = errno == ENOENT || errno == ENOTDIR ? 127 : 126;
+    return NULL;
+  }
+  if (S_ISDIR(st.st_mode)) {
+    snprintf(why->text, sizeof why->text, "it is a directory");
+    why->code = 126;
+    return NULL;
+  }
+  if (access(prog, X_OK) != 0) {
+    snprintf(why->text, sizeof why->text,
+             "permission denied: not executable (chmod +x %s, or run it "
+             "through its interpreter)",
+             prog);
+    why->code = 126;
+    return NULL;
+  }
+  return strdup(prog);
+}
+
+static char *resolve(const char *prog, why_not *why) {
   if (strchr(prog, '/') != NULL)
-    return strdup(prog);
+    return check_path(prog, why);
+  snprintf(why->text, sizeof why->text,
+           "command not found in PATH (give a path, e.g. ./%s)", prog);
+  why->code = 127;
   const char *path = getenv("PATH");
   if (path == NULL)
     path = "/usr/local/bin:/usr/bin:/bin";
@@ -267,12 +301,13 @@ int main(int argc, char **argv) {
 
   int code = 1;
   gang_store_server *srv = NULL;
-  char *path = resolve(o.argv[0]);
+  why_not why = {"", 0};
+  char *path = resolve(o.argv[0], &why);
   char secret[130];
   run r = {&o, secret, "", o.master_port};
   if (path == NULL) {
-    fprintf(stderr, "gangrun: %s: command not found\n", o.argv[0]);
-    code = 127;
+    fprintf(stderr, "gangrun: cannot run '%s': %s\n", o.argv[0], why.text);
+    code = why.code;
     goto out;
   }
 

@@ -191,23 +191,20 @@ static void child(const worker *w, int out, int err, pid_t parent,
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, NULL);
   execve(path, argv, env);
-  /* strerror may take a lock (gettext); print the number by hand. */
+  /* strerror may take a lock (gettext); strerrordesc_np reads a table. */
   int e = errno;
-  char num[16];
-  int k = (int)sizeof num;
-  num[--k] = '\n';
-  do
-    num[--k] = (char)('0' + e % 10);
-  while ((e /= 10) > 0 && k > 0);
-  const char *m1 = "gangrun: cannot execute ";
-  const char *m2 = ": errno ";
+  const char *desc = strerrordesc_np(e);
+  const char *m1 = "gangrun: cannot run '";
+  const char *m2 = "': ";
   ssize_t ignored = write(2, m1, strlen(m1));
   ignored = write(2, path, strlen(path));
   ignored = write(2, m2, strlen(m2));
-  ignored = write(2, num + k, sizeof num - (size_t)k);
+  ignored = write(2, desc != NULL ? desc : "unknown error",
+                  strlen(desc != NULL ? desc : "unknown error"));
+  ignored = write(2, "\n", 1);
   (void)ignored;
   (void)w;
-  _exit(127);
+  _exit(e == ENOENT || e == ENOTDIR ? 127 : 126); /* as a shell does */
 }
 
 static void signal_alive(worker *ws, int n, int sig) {

@@ -1,0 +1,142 @@
+/* Promises of gang/gang.h that only a real gang can show:
+ *
+ *   - a work freed before it completes aborts the gang, and the peers
+ *     learn of it at once (not at their deadline), with the reason (a peer
+ *     that had not reached the call may still finish it with what had
+ *     arrived; its next call fails);
+ *   - failures are shared by a world: when one rank aborts the world, a
+ *     sub-gang that rank is not even a member of fails on the other ranks,
+ *     at once. */
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "harness/harness.h"
+
+#include "gang/gang.h"
+#include "gang/store.h"
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define SLACK_S 2.0
+#else
+#define SLACK_S 0.5
+#endif
+
+static int g_round;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static gang_store *ctl(void) {
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d/promises%d", gt_store_port(),
+           g_round);
+  gang_store_options so = GANG_STORE_OPTIONS_INIT;
+  so.timeout_ms = 30000;
+  gang_store *st = NULL;
+  RCHECK_OK(gang_store_connect(addr, &so, &st));
+  return st;
+}
+
+static void wait_key(gang_store *st, const char *key) {
+  void *v = NULL;
+  size_t n = 0;
+  RCHECK_OK(gang_store_get(st, key, &v, &n));
+  gang_store_free(v);
+}
+
+/* ---- A work freed unfinished ------------------------------------------- */
+
+static int freed_rank(int rank, int size, void *arg) {
+  (void)arg;
+  gang_t *g = gt_join("freed", g_round, rank, size, 30000, 0);
+  gang_store *st = ctl();
+  float buf[64] = {0};
+  if (rank == 0) {
+    gang_work *w = NULL;
+    RCHECK_OK(gang_all_reduce_post(g, buf, 64, GANG_FLOAT32, GANG_SUM, &w));
+    gang_work_free(w); /* rank 1 has not come: unfinished */
+    RCHECK(gang_barrier(g) == GANG_ABORTED);
+    fprintf(stderr, "rank 0: %s\n", gang_get_last_error(g));
+    RCHECK(strstr(gang_get_last_error(g), "freed before it completed") !=
+           NULL);
+    RCHECK_OK(gang_store_set(st, "freed", "1", 1));
+  } else {
+    wait_key(st, "freed");
+    /* What rank 0 had contributed may let this all_reduce finish; the
+     * abort then fails the next call. Either comes at once. */
+    double t0 = now_s();
+    gang_status s = gang_all_reduce(g, buf, 64, GANG_FLOAT32, GANG_SUM);
+    if (s == GANG_OK)
+      s = gang_barrier(g);
+    double took = now_s() - t0;
+    fprintf(stderr, "rank 1: %s after %.3f s: %s\n", gang_status_name(s), took,
+            gang_get_last_error(g));
+    RCHECK(s == GANG_ABORTED);
+    RCHECK(took < SLACK_S);
+    RCHECK(strstr(gang_get_last_error(g), "rank 0") != NULL);
+    RCHECK(strstr(gang_get_last_error(g), "freed before it completed") !=
+           NULL);
+  }
+  gang_store_close(st);
+  gang_destroy(g);
+  return 0;
+}
+
+static void test_work_freed_unfinished_aborts_everyone(void **state) {
+  (void)state;
+  g_round++;
+  assert_int_equal(gt_run_ranks(2, freed_rank, NULL, 60000), 0);
+}
+
+/* ---- A world failure reaches every sub-gang ---------------------------- */
+
+static int world_rank(int rank, int size, void *arg) {
+  (void)arg;
+  gang_t *g = gt_join("world", g_round, rank, size, 30000, 0);
+  gang_store *st = ctl();
+  gang_t *pair = NULL; /* ranks 0 and 1; rank 2 is not in it */
+  RCHECK_OK(gang_split(g, rank < 2 ? 0 : 1, rank, &pair));
+  RCHECK_OK(gang_barrier(pair));
+  RCHECK_OK(gang_barrier(g)); /* every pair is ready */
+  if (rank == 2) {
+    gang_abort(g);
+    RCHECK_OK(gang_store_set(st, "aborted", "1", 1));
+  } else {
+    wait_key(st, "aborted");
+    double t0 = now_s();
+    gang_status s = GANG_OK;
+    /* Rank 2's abort reaches us over the world's connections; the pair's
+     * next calls then fail, however long that took. */
+    while (s == GANG_OK && now_s() - t0 < SLACK_S)
+      s = gang_barrier(pair);
+    double took = now_s() - t0;
+    fprintf(stderr, "rank %d: the pair's barrier: %s after %.3f s: %s\n", rank,
+            gang_status_name(s), took, gang_get_last_error(pair));
+    RCHECK(s == GANG_ABORTED || s == GANG_PEER_LOST);
+    RCHECK(took < SLACK_S);
+    RCHECK(gang_barrier(g) != GANG_OK);
+  }
+  gang_destroy(pair);
+  gang_store_close(st);
+  gang_destroy(g);
+  return 0;
+}
+
+static void test_world_failure_reaches_every_sub_gang(void **state) {
+  (void)state;
+  g_round++;
+  assert_int_equal(gt_run_ranks(3, world_rank, NULL, 60000), 0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      GT_TEST(test_work_freed_unfinished_aborts_everyone),
+      GT_TEST(test_world_failure_reaches_every_sub_gang),
+  };
+  return cmocka_run_group_tests(tests, gt_store_group_setup,
+                                gt_store_group_teardown);
+}
