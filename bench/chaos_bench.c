@@ -163,9 +163,24 @@ static double bound_s(int fault, int64_t timeout_ms) {
 
 /* ---- Judging an error ---------------------------------------------------- */
 
+/* Whether the list of ranks at `list` ("1,3]" or "1,3;") holds v. */
+static bool list_holds(const char *list, int v) {
+  for (const char *d = list; *d != '\0' && *d != ']' && *d != ';';) {
+    char *end;
+    long r = strtol(d, &end, 10);
+    if (end == d)
+      return false;
+    if (r == v)
+      return true;
+    d = *end == ',' ? end + 1 : end;
+  }
+  return false;
+}
+
 /* Does the error name rank v? Ranks appear as "rank V" (world ranks, and
- * gang ranks as "gang rank V (pid P)") or in the diagnosis' list of those
- * that did not answer ("within 200 ms: 1,3]"). */
+ * gang ranks as "gang rank V (pid P)"), and in the diagnosis' lists of
+ * those that did not answer ("within 200 ms: 1,3") or were in no
+ * diagnosis ("other world ranks in no diagnosis: 3"). */
 static bool names_rank(const char *err, int v) {
   char want[32];
   int n = snprintf(want, sizeof want, "rank %d", v);
@@ -176,18 +191,11 @@ static bool names_rank(const char *err, int v) {
       return true;
   }
   const char *d = strstr(err, "did not answer within");
-  if (d != NULL && (d = strstr(d, "ms: ")) != NULL) {
-    for (d += 4; *d != '\0' && *d != ']';) {
-      char *end;
-      long r = strtol(d, &end, 10);
-      if (end == d)
-        break;
-      if (r == v)
-        return true;
-      d = *end == ',' ? end + 1 : end;
-    }
-  }
-  return false;
+  if (d != NULL && (d = strstr(d, "ms: ")) != NULL && list_holds(d + 4, v))
+    return true;
+  const char *lead = "other world ranks in no diagnosis: ";
+  d = strstr(err, lead);
+  return d != NULL && list_holds(d + strlen(lead), v);
 }
 
 /* The rank the error blames for closing its connection: N of the last
