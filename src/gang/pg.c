@@ -20,8 +20,10 @@ static const gang__ops pg_ops;
 
 /* The last gang of a world frees it (store, fabric, arena). A world that
  * hosts the store and failed keeps the store until its peers are done with
- * it (idle for 50 ms, nothing parked), for at most two diagnosis budgets:
- * peers diagnose a timeout through it (pg_diag.c), even when this rank saw
+ * it: every rank that began a diagnosis through it has ended it
+ * (gang__pg_diag_linger), and then the store has been idle for 50 ms with
+ * nothing parked, for late ones, each for at most two diagnosis budgets.
+ * Peers diagnose a timeout through it (pg_diag.c), even when this rank saw
  * another failure (a peer that timed out and closed its connection before
  * it could say why), and a program that destroys its gang right after its
  * error would otherwise take the store away in the middle of theirs. */
@@ -38,6 +40,8 @@ void gang__pg_world_release(pg_world *w) {
   gang__shm_destroy(w->shm);
   free(w->hosts);
   gang__fabric_destroy(w->fabric);
+  if (failed)
+    gang__pg_diag_linger(w);
   gang_store_close(w->store);
   if (failed)
     gang__store_server_wait_idle(w->server, 50, 2 * w->diag_budget_ms);

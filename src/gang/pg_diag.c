@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "pg_internal.h"
 
@@ -37,19 +38,44 @@ static void no_diagnosis(pg *p, const char *detail, const gang_work *w) {
 }
 
 /* Says, once per world, that this rank was waiting in a collective of the
- * world when it timed out: "diag/world/<world rank>". */
+ * world when it timed out: "diag/world/<world rank>", and counts itself in
+ * "diag/present" (the store's host waits for those to be done, below). */
 static gang_status mark_present(pg *p, int world_rank) {
   if (atomic_exchange(&p->w->diag_marked, true))
     return GANG_OK;
   char key[64];
   snprintf(key, sizeof key, "diag/world/%d", world_rank);
-  return gang_store_set(p->w->store, key, "1", 1);
+  GANG_CHECK(gang_store_set(p->w->store, key, "1", 1));
+  return gang_store_add(p->w->store, "diag/present", 1, NULL);
+}
+
+/* Counts this rank in "diag/done" once it no longer needs the store. */
+static void mark_done(pg *p) {
+  if (!atomic_exchange(&p->w->diag_done, true))
+    (void)gang_store_add(p->w->store, "diag/done", 1, NULL);
 }
 
 void gang__pg_diag_mark_present(gang_t *g) {
   pg *p = g->impl;
-  if (p->w->store != NULL)
-    (void)mark_present(p, p->map[g->rank]);
+  if (p->w->store != NULL && mark_present(p, p->map[g->rank]) == GANG_OK)
+    mark_done(p);
+}
+
+void gang__pg_diag_linger(pg_world *w) {
+  if (w->store == NULL)
+    return;
+  int64_t limit = gang__deadline_in_ms(2 * w->diag_budget_ms);
+  while (!gang__deadline_passed(limit)) {
+    int64_t present = 0, done = 0;
+    if (gang_store_add(w->store, "diag/present", 0, &present) != GANG_OK ||
+        gang_store_add(w->store, "diag/done", 0, &done) != GANG_OK ||
+        done >= present)
+      return;
+    /* The peers tell nobody when they are done but the store: look again
+     * every few milliseconds, until they are or the limit. */
+    struct timespec ts = {0, 5 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
 }
 
 /* Writes to buf the world ranks that marked no presence, but for the
@@ -153,4 +179,5 @@ void gang__pg_diagnose_timeout(gang_t *g, const gang_work *w) {
     free(keys[r]);
   free(keys);
   free(missed);
+  mark_done(p);
 }

@@ -77,6 +77,7 @@ static gang_status create(const gang_options *opts, const char *store_addr,
   w->store_host = store_host;
   w->size = size;
   atomic_init(&w->diag_marked, false);
+  atomic_init(&w->diag_done, false);
   gang_status st;
   char host[INET6_ADDRSTRLEN] = "127.0.0.1";
   if (size > 1) {
