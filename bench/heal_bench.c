@@ -33,8 +33,8 @@
   do {                                                                         \
     gang_status st_ = (call);                                                  \
     if (st_ != GANG_OK) {                                                      \
-      fprintf(stderr, "heal_bench: %s: %s (%s)\n", #call,                      \
-              gang_strerror(st_), gang_last_error());                          \
+      fprintf(stderr, "heal_bench: %s: %s (%s)\n", #call, gang_strerror(st_),  \
+              gang_last_error());                                              \
       exit(1);                                                                 \
     }                                                                          \
   } while (0)
@@ -151,8 +151,7 @@ static int target(const cfg *c, gang_t *plain, int si) {
   }
   printf("%12zu", len);
   for (int r = 0; r < c->reps; r++)
-    printf(" %s%.1f/%.1f", r ? "" : " plain/heal ms:", plain_ms[r],
-           heal_ms[r]);
+    printf(" %s%.1f/%.1f", r ? "" : " plain/heal ms:", plain_ms[r], heal_ms[r]);
   double p = median(plain_ms, c->reps), h = median(heal_ms, c->reps);
   printf("\n%12s  median plain %.2f ms (%.2f GB/s), heal %.2f ms (%.2f GB/s),"
          " heal/plain %.2f\n",
@@ -203,8 +202,9 @@ int main(int argc, char **argv) {
       for (char *tok = strtok(argv[++i], ","); tok && c.nsizes < MAX_SIZES;
            tok = strtok(NULL, ","))
         if ((c.bytes[c.nsizes++] = parse_size(tok)) == 0) {
-          fprintf(stderr, "heal_bench: --bytes: '%s' is not a size (e.g. "
-                          "64M, 1G)\n",
+          fprintf(stderr,
+                  "heal_bench: --bytes: '%s' is not a size (e.g. "
+                  "64M, 1G)\n",
                   tok);
           return 2;
         }

@@ -100,7 +100,8 @@ static void make_batch(int64_t step, int r0, int r1) {
   }
 }
 
-/* ---- This rank's shard of the model ---------------------------------------- */
+/* ---- This rank's shard of the model ----------------------------------------
+ */
 
 /* Hidden units [h0, h0 + hl) of W1's columns, b1 and W2's rows; b2 whole.
  * Gradients share the layout in one buffer: one all_reduce per step. */

@@ -62,8 +62,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define WRITE_MAX ((size_t)512 << 10) /* bytes a peer writes per input */
 #define UNTOUCHED 0xa5
 
-static const size_t lens[16] = {0,     1,     7,     32,    100,   2047,
-                                2048,  4096,  8192,  32767, 32768, 65535,
+static const size_t lens[16] = {0,     1,     7,      32,    100,   2047,
+                                2048,  4096,  8192,   32767, 32768, 65535,
                                 65536, 65537, 100000, 300001};
 static const size_t early_maxes[4] = {EAGER_MAX, 128 << 10, 1 << 20, 0};
 static const size_t pieces[4] = {0, 1000, 4096, 65536};
@@ -71,9 +71,9 @@ static const uint8_t token[16] = "gang fuzz token";
 
 typedef struct run {
   gang__fabric *f;
-  int peer;           /* rank 1's end; -1 once closed */
-  bool shut;          /* ... shut for writing */
-  uint8_t *sent;      /* every byte the peer wrote, in order */
+  int peer;      /* rank 1's end; -1 once closed */
+  bool shut;     /* ... shut for writing */
+  uint8_t *sent; /* every byte the peer wrote, in order */
   size_t nsent;
   gang__xfer x[MAX_X];
   gang__xgroup grp[MAX_X];
@@ -458,13 +458,10 @@ static void run_hello(const uint8_t *p, size_t n) {
   if (st == GANG_OK) {
     if (them.magic != HELLO_MAGIC || them.version != HELLO_VERSION ||
         memcmp(them.token, token, 16) != 0 || (int)them.size != size ||
-        them.rank >= (uint32_t)size ||
-        (want >= 0 && (int)them.rank != want) ||
-        (want < 0 &&
-         ((int)them.rank <= rank || f->conns[them.rank].fd >= 0)))
+        them.rank >= (uint32_t)size || (want >= 0 && (int)them.rank != want) ||
+        (want < 0 && ((int)them.rank <= rank || f->conns[them.rank].fd >= 0)))
       abort(); /* accepted a hello setup must refuse */
-  } else if ((st != GANG_PROTOCOL && st != GANG_AUTH &&
-              st != GANG_MISMATCH) ||
+  } else if ((st != GANG_PROTOCOL && st != GANG_AUTH && st != GANG_MISMATCH) ||
              gang_last_error()[0] == '\0') {
     abort();
   }

@@ -105,21 +105,24 @@ GANG_API gang_status gang_baby_create(const gang_options *opts, gang_t **out);
 typedef struct gang_lighthouse gang_lighthouse;
 
 typedef struct gang_lighthouse_options {
-  size_t size;          /* sizeof(gang_lighthouse_options) */
-  const char *host;     /* address to listen on (NULL: 0.0.0.0) */
-  int port;             /* 0: any free port (gang_lighthouse_port) */
-  int min_replicas;     /* fewest replica groups in a quorum (1) */
+  size_t size;                  /* sizeof(gang_lighthouse_options) */
+  const char *host;             /* address to listen on (NULL: 0.0.0.0) */
+  int port;                     /* 0: any free port (gang_lighthouse_port) */
+  int min_replicas;             /* fewest replica groups in a quorum (1) */
   int64_t join_timeout_ms;      /* wait for stragglers (60000) */
   int64_t quorum_tick_ms;       /* how often quorums are computed (100) */
   int64_t heartbeat_timeout_ms; /* a silent replica is dead after (5000) */
-  const char *http_host; /* status page (NULL: host) */
-  int http_port;         /* 0: any free port; -1: no status page */
-  const char *secret;    /* HMAC secret of the store it speaks through
-                            (NULL: GANG_STORE_SECRET) */
+  const char *http_host;        /* status page (NULL: host) */
+  int http_port;                /* 0: any free port; -1: no status page */
+  const char *secret;           /* HMAC secret of the store it speaks through
+                                   (NULL: GANG_STORE_SECRET) */
 } gang_lighthouse_options;
 
 #define GANG_LIGHTHOUSE_OPTIONS_INIT                                           \
-  { sizeof(gang_lighthouse_options), NULL, 0, 1, 60000, 100, 5000, NULL, 0, NULL }
+  {                                                                            \
+    sizeof(gang_lighthouse_options), NULL, 0, 1, 60000, 100, 5000, NULL, 0,    \
+        NULL                                                                   \
+  }
 
 /* Starts a lighthouse in this process (threads of its own): a store server
  * that replicas speak through, the quorum computation and the HTTP status
@@ -137,17 +140,17 @@ GANG_API void gang_lighthouse_stop(gang_lighthouse *lh);
 typedef struct gang_manager gang_manager;
 
 typedef struct gang_manager_options {
-  size_t size;            /* sizeof(gang_manager_options) */
-  const char *lighthouse; /* "host:port" of the lighthouse (NULL:
-                             GANG_LIGHTHOUSE, which gangrun
-                             --replica-groups sets) */
-  const char *name;       /* replica group name (NULL: GANG_RUN_ID, else
-                             "replica"); the replica id is this plus a
-                             random suffix, new for every process */
-  gang_t *group;          /* this replica group's gang (borrowed; NULL: a
-                             group of one): the manager makes a sub-gang of
-                             it for its own votes, collective over it */
-  int min_replica_size;   /* fewest replica groups to commit a step (1) */
+  size_t size;               /* sizeof(gang_manager_options) */
+  const char *lighthouse;    /* "host:port" of the lighthouse (NULL:
+                                GANG_LIGHTHOUSE, which gangrun
+                                --replica-groups sets) */
+  const char *name;          /* replica group name (NULL: GANG_RUN_ID, else
+                                "replica"); the replica id is this plus a
+                                random suffix, new for every process */
+  gang_t *group;             /* this replica group's gang (borrowed; NULL: a
+                                group of one): the manager makes a sub-gang of
+                                it for its own votes, collective over it */
+  int min_replica_size;      /* fewest replica groups to commit a step (1) */
   int64_t timeout_ms;        /* collectives, votes, healing (60000) */
   int64_t quorum_timeout_ms; /* a quorum (60000) */
   int64_t heartbeat_ms;      /* heartbeat interval of group rank 0 (100) */
@@ -162,7 +165,9 @@ typedef struct gang_manager_options {
 #define GANG_MANAGER_OPTIONS_INIT                                              \
   {                                                                            \
     sizeof(gang_manager_options), NULL, NULL, NULL, 1, 60000, 60000, 100, -1,  \
-        true, { 0 }                                                            \
+        true, {                                                                \
+      0                                                                        \
+    }                                                                          \
   }
 
 /* Creates the manager of this rank, collective over opts->group. Group rank

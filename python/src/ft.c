@@ -18,7 +18,8 @@
 
 static int64_t ms_of(double s) { return s <= 0 ? -1 : (int64_t)(s * 1000.0); }
 
-/* ---- _Lighthouse ------------------------------------------------------------ */
+/* ---- _Lighthouse ------------------------------------------------------------
+ */
 
 typedef struct gpy_lighthouse {
   PyObject_HEAD gang_lighthouse *lh;
@@ -100,10 +101,14 @@ static PyTypeObject gpy_lighthouse_type = {
 static PyObject *py_lighthouse_start(PyObject *mod, PyObject *args,
                                      PyObject *kw) {
   (void)mod;
-  static char *names[] = {"host",           "port",
-                          "min_replicas",   "join_timeout_ms",
-                          "quorum_tick_ms", "heartbeat_timeout_ms",
-                          "http_port",      "secret",
+  static char *names[] = {"host",
+                          "port",
+                          "min_replicas",
+                          "join_timeout_ms",
+                          "quorum_tick_ms",
+                          "heartbeat_timeout_ms",
+                          "http_port",
+                          "secret",
                           NULL};
   gang_lighthouse_options o = GANG_LIGHTHOUSE_OPTIONS_INIT;
   long long join = 0, tick = 0, hb = 0;
@@ -131,7 +136,8 @@ static PyObject *py_lighthouse_start(PyObject *mod, PyObject *args,
   return (PyObject *)obj;
 }
 
-/* ---- _Manager --------------------------------------------------------------- */
+/* ---- _Manager ---------------------------------------------------------------
+ */
 
 typedef struct gpy_manager {
   PyObject_HEAD gang_manager *m;
@@ -387,7 +393,8 @@ static PyObject *mgr_gang(PyObject *self, PyObject *cls) {
     PyErr_SetString(PyExc_TypeError, "gang(cls): cls must be a Gang class");
     return NULL;
   }
-  o->managed = gpy_gang_wrap((PyTypeObject *)cls, gang_manager_gang(m), 0, self);
+  o->managed =
+      gpy_gang_wrap((PyTypeObject *)cls, gang_manager_gang(m), 0, self);
   return Py_XNewRef(o->managed);
 }
 
@@ -471,18 +478,19 @@ static PyTypeObject gpy_manager_type = {
 static PyObject *py_manager_create(PyObject *mod, PyObject *args,
                                    PyObject *kw) {
   (void)mod;
-  static char *names[] = {"lighthouse",   "name",        "group",
-                          "min_replica_size", "timeout_ms",
-                          "quorum_timeout_ms", "heartbeat_ms",
-                          "max_retries",  "init_sync",   NULL};
+  static char *names[] = {"lighthouse",   "name",
+                          "group",        "min_replica_size",
+                          "timeout_ms",   "quorum_timeout_ms",
+                          "heartbeat_ms", "max_retries",
+                          "init_sync",    NULL};
   gang_manager_options o = GANG_MANAGER_OPTIONS_INIT;
   PyObject *group = Py_None;
   long long timeout = 0, qtimeout = 0, hb = 0;
   int init_sync = 1;
-  if (!PyArg_ParseTupleAndKeywords(
-          args, kw, "zz|OiLLLip:_manager_create", names, &o.lighthouse,
-          &o.name, &group, &o.min_replica_size, &timeout, &qtimeout, &hb,
-          &o.max_retries, &init_sync))
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "zz|OiLLLip:_manager_create",
+                                   names, &o.lighthouse, &o.name, &group,
+                                   &o.min_replica_size, &timeout, &qtimeout,
+                                   &hb, &o.max_retries, &init_sync))
     return NULL;
   if (timeout > 0)
     o.timeout_ms = timeout;
@@ -530,7 +538,8 @@ static PyObject *py_manager_create(PyObject *mod, PyObject *args,
   return (PyObject *)obj;
 }
 
-/* ---- The gang implementations ----------------------------------------------- */
+/* ---- The gang implementations -----------------------------------------------
+ */
 
 static int gang_class(PyObject *cls) {
   if (!PyType_Check(cls) ||
@@ -617,8 +626,8 @@ static PyObject *py_swallow_wrap(PyObject *mod, PyObject *args) {
       gang_class(cls) < 0)
     return NULL;
   if (!PyObject_TypeCheck(iobj, &gpy_gang_type))
-    return gpy_raise_fmt(GANG_INVALID_ARGUMENT,
-                         "`pg` must be a Gang, not %s", Py_TYPE(iobj)->tp_name);
+    return gpy_raise_fmt(GANG_INVALID_ARGUMENT, "`pg` must be a Gang, not %s",
+                         Py_TYPE(iobj)->tp_name);
   gpy_gang *inner = (gpy_gang *)iobj;
   if (gpy_gang_handle(iobj) == NULL)
     return NULL;
@@ -686,8 +695,7 @@ static PyMethodDef ft_methods[] = {
     {"_dummy_create", py_dummy_create, METH_VARARGS, "gang_create_dummy"},
     {"_swallow_wrap", py_swallow_wrap, METH_VARARGS,
      "gang_error_swallowing_wrap"},
-    {"_swallow_error", py_swallow_error, METH_O,
-     "gang_error_swallowing_error"},
+    {"_swallow_error", py_swallow_error, METH_O, "gang_error_swallowing_error"},
     {"_swallow_report", py_swallow_report, METH_VARARGS,
      "gang_error_swallowing_report"},
     {NULL, NULL, 0, NULL},

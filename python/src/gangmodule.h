@@ -102,7 +102,8 @@ PyObject *gpy_work_new(PyObject *gang, gang_work *w, gpy_buf *bufs, int n,
 extern PyMethodDef gpy_topo_methods[];
 int gpy_topo_init(PyObject *m);
 
-/* ---- fault tolerance (ft.c) ----------------------------------------------- */
+/* ---- fault tolerance (ft.c) -----------------------------------------------
+ */
 
 int gpy_ft_init(PyObject *m);
 

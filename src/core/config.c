@@ -31,8 +31,8 @@ static gang_status parse_prefix(const char *what, const char *text,
     p++;
   if (!(isdigit((unsigned char)*p) ||
         ((*p == '-' || *p == '+') && isdigit((unsigned char)p[1]))))
-    return gang__error(GANG_INVALID_ARGUMENT, "%s: '%s' is not %s", what,
-                       text, kind);
+    return gang__error(GANG_INVALID_ARGUMENT, "%s: '%s' is not %s", what, text,
+                       kind);
   errno = 0;
   char *end;
   long long v = strtoll(p, &end, 10);
@@ -124,8 +124,8 @@ gang_status gang__parse_duration_ms(const char *what, const char *text,
                                     int64_t *out) {
   int64_t v;
   const char *rest;
-  GANG_CHECK(parse_prefix(what, text, "a duration (e.g. 10s, 500ms, 15m)",
-                          &v, &rest));
+  GANG_CHECK(
+      parse_prefix(what, text, "a duration (e.g. 10s, 500ms, 15m)", &v, &rest));
   while (isspace((unsigned char)*rest))
     rest++;
   static const struct {

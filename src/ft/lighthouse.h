@@ -119,8 +119,8 @@ bool gang__lh_compute(const gang__lh_config *cfg, const gang__lh_replica *reps,
 
 /* Whether a quorum of `members` takes a new id after `prev`: its id list
  * changed, or a member reports commit failures. */
-bool gang__lh_new_id(const gang__lh_quorum *prev, const gang__lh_member *members,
-                     int n);
+bool gang__lh_new_id(const gang__lh_quorum *prev,
+                     const gang__lh_member *members, int n);
 
 /* ---- The client ---------------------------------------------------------- */
 

@@ -15,8 +15,8 @@
 static gang_status managed_post(gang_t *g, const gang__coll *c, gang_work *w) {
   gang_manager *m = g->impl;
   if (c->kind == GANG_COLL_ALL_REDUCE) {
-    gang_status st = gang_manager_all_reduce(m, c->out, c->count, c->dtype,
-                                             c->op);
+    gang_status st =
+        gang_manager_all_reduce(m, c->out, c->count, c->dtype, c->op);
     gang__work_complete(w, st);
     return GANG_OK;
   }

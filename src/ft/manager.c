@@ -31,7 +31,8 @@
 #include "lighthouse.h"
 #include "manager_impl.h"
 
-/* ---- Errors of the step ---------------------------------------------------- */
+/* ---- Errors of the step ----------------------------------------------------
+ */
 
 void gang__mgr_record(gang_manager *m, gang_status st, const char *detail) {
   if (st == GANG_OK)
@@ -41,8 +42,8 @@ void gang__mgr_record(gang_manager *m, gang_status st, const char *detail) {
     m->error = st;
     m->timings.error_ns = gang__now_ns();
     snprintf(m->error_text, sizeof m->error_text, "%s", detail);
-    GANG_INFO(FT, "replica %s step %" PRId64 ": %s: %s", m->replica_id,
-              m->step, gang_status_name(st), detail);
+    GANG_INFO(FT, "replica %s step %" PRId64 ": %s: %s", m->replica_id, m->step,
+              gang_status_name(st), detail);
   }
   pthread_mutex_unlock(&m->mu);
 }
@@ -242,14 +243,14 @@ gang_status gang_manager_create(const gang_manager_options *opts,
                     fail);
   }
   snprintf(m->replica_id, sizeof m->replica_id,
-           "%.100s:%02x%02x%02x%02x%02x%02x%02x%02x", name,
-           rnd[0], rnd[1], rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
+           "%.100s:%02x%02x%02x%02x%02x%02x%02x%02x", name, rnd[0], rnd[1],
+           rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
   GANG_CHECK_GOTO(gang_ft_create(&ro, &m->replica), st, fail);
   GANG_CHECK_GOTO(gang__mgr_managed_create(m, &m->managed), st, fail);
   if (m->group_rank == 0) {
     GANG_CHECK_GOTO(
-        gang__lh_connect(m->lighthouse, m->quorum_timeout_ms, &m->lh_quorum), st,
-        fail);
+        gang__lh_connect(m->lighthouse, m->quorum_timeout_ms, &m->lh_quorum),
+        st, fail);
     GANG_CHECK_GOTO(gang__lh_heartbeat(m->lh_quorum, m->replica_id), st, fail);
     GANG_CHECK_GOTO(
         start_thread(m, &m->beat_thread, heartbeat_main, &m->beat_started), st,
@@ -289,7 +290,8 @@ void gang_manager_destroy(gang_manager *m) {
   free(m);
 }
 
-/* ---- State ----------------------------------------------------------------- */
+/* ---- State -----------------------------------------------------------------
+ */
 
 gang_status gang_manager_register_state(gang_manager *m, const char *name,
                                         void *buf, size_t len) {
@@ -303,8 +305,8 @@ gang_status gang_manager_register_state(gang_manager *m, const char *name,
                  "name '%s' is too long", name);
   /* The quorum worker reads the list without the lock while it heals. */
   pthread_mutex_lock(&m->mu);
-  bool started = m->quorum_rounds > 0 || m->quorum_requested ||
-                 m->quorum_running;
+  bool started =
+      m->quorum_rounds > 0 || m->quorum_requested || m->quorum_running;
   pthread_mutex_unlock(&m->mu);
   if (started)
     return gang__error(GANG_INVALID_USAGE,

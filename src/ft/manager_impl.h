@@ -49,7 +49,7 @@ struct gang_manager {
    * commit_quorum (lighthouse.h). */
   int64_t commit_qid;
   uint64_t commit_inc;
-  gang_status error;       /* recorded this step */
+  gang_status error; /* recorded this step */
   char error_text[1024];
   gang_manager_timings timings; /* of the last quorum; error_ns this step */
   /* The current quorum and this replica's place in it (under mu). */

@@ -122,15 +122,16 @@ static gang_status shared_quorum(gang_manager *m, bool shrink_only,
   return st;
 }
 
-/* ---- This replica's place ------------------------------------------------- */
+/* ---- This replica's place -------------------------------------------------
+ */
 
 typedef struct place {
-  int rank, n;       /* among the replicas */
+  int rank, n; /* among the replicas */
   int64_t max_step;
   int64_t commit_quorum; /* of the up-to-date replicas */
-  int ntargets;      /* replicas that receive the state */
-  int src;           /* replica rank to heal from, -1: none */
-  int dst[1024];     /* replica ranks to send to (n <= 1024) */
+  int ntargets;          /* replicas that receive the state */
+  int src;               /* replica rank to heal from, -1: none */
+  int dst[1024];         /* replica ranks to send to (n <= 1024) */
   int ndst;
 } place;
 
@@ -153,8 +154,9 @@ static gang_status find_place(const gang_manager *m, const gang__lh_quorum *q,
                        "quorum %" PRId64 " does not include replica %s",
                        q->quorum_id, m->replica_id);
   if (q->n > 1024)
-    return gang__error(GANG_NOT_SUPPORTED, "quorum of %d replicas: at most "
-                                           "1024",
+    return gang__error(GANG_NOT_SUPPORTED,
+                       "quorum of %d replicas: at most "
+                       "1024",
                        q->n);
   /* Up to date: at max_step, committed in the newest quorum of those. */
   for (int i = 0; i < q->n; i++)
@@ -189,7 +191,8 @@ static gang_status find_place(const gang_manager *m, const gang__lh_quorum *q,
   return GANG_OK;
 }
 
-/* ---- Healing --------------------------------------------------------------- */
+/* ---- Healing ---------------------------------------------------------------
+ */
 
 static gang_status wait_all(gang_work **w, int n, int64_t timeout_ms) {
   gang_status st = GANG_OK;
@@ -210,8 +213,8 @@ static gang_status heal(gang_manager *m, const place *p, int64_t *step) {
     if (w == NULL)
       return gang__error(GANG_NO_MEMORY, "healing: out of memory");
     int posted = 0;
-    gang_status st = gang_recv_post(r, step, sizeof *step, p->src, TAG_STEP,
-                                    &w[posted]);
+    gang_status st =
+        gang_recv_post(r, step, sizeof *step, p->src, TAG_STEP, &w[posted]);
     if (st == GANG_OK)
       posted++;
     for (int i = 0; st == GANG_OK && i < m->nstates; i++) {
@@ -232,8 +235,7 @@ static gang_status heal(gang_manager *m, const place *p, int64_t *step) {
   int posted = 0;
   gang_status st = GANG_OK;
   for (int d = 0; st == GANG_OK && d < p->ndst; d++) {
-    st = gang_send_post(r, step, sizeof *step, p->dst[d], TAG_STEP,
-                        &w[posted]);
+    st = gang_send_post(r, step, sizeof *step, p->dst[d], TAG_STEP, &w[posted]);
     if (st == GANG_OK)
       posted++;
     for (int i = 0; st == GANG_OK && i < m->nstates; i++) {
@@ -248,7 +250,8 @@ static gang_status heal(gang_manager *m, const place *p, int64_t *step) {
   return st != GANG_OK ? st : ws;
 }
 
-/* ---- One quorum ------------------------------------------------------------ */
+/* ---- One quorum ------------------------------------------------------------
+ */
 
 /* Publishes the phases timed so far (the step's error time stays). */
 static void set_timings(gang_manager *m, const gang_manager_timings *t) {
@@ -276,7 +279,8 @@ static gang_status run_quorum(gang_manager *m, bool allow_heal,
   }
   pthread_mutex_lock(&m->mu);
   bool changed = q.quorum_id != m->q.quorum_id ||
-                 q.incarnation != m->q.incarnation || !gang_ft_configured(m->replica);
+                 q.incarnation != m->q.incarnation ||
+                 !gang_ft_configured(m->replica);
   int64_t step = m->step;
   gang__lh_quorum_fini(&m->q);
   m->q = q; /* the worker's now; readers copy under mu */
@@ -329,7 +333,8 @@ static gang_status run_quorum(gang_manager *m, bool allow_heal,
   return GANG_OK;
 }
 
-/* ---- The worker -------------------------------------------------------------- */
+/* ---- The worker
+ * -------------------------------------------------------------- */
 
 static void *worker_main(void *arg) {
   gang_manager *m = arg;
@@ -382,7 +387,8 @@ void gang__mgr_worker_stop(gang_manager *m) {
   m->worker_started = false;
 }
 
-/* ---- The step -------------------------------------------------------------- */
+/* ---- The step --------------------------------------------------------------
+ */
 
 /* Waits until no quorum is pending or running. Called with mu held. */
 static void idle_locked(gang_manager *m) {
@@ -441,7 +447,8 @@ gang_status gang_manager_all_reduce(gang_manager *m, void *buf, size_t count,
     memset(buf, 0, count * gang_dtype_size(dtype));
   gang_work *w = NULL;
   gang_reduce_op wire = op == GANG_MEAN ? GANG_SUM : op;
-  gang_status st = gang_all_reduce_post(m->replica, buf, count, dtype, wire, &w);
+  gang_status st =
+      gang_all_reduce_post(m->replica, buf, count, dtype, wire, &w);
   if (st == GANG_OK) {
     st = gang_work_wait(w, m->timeout_ms);
     gang_work_free(w);

@@ -50,13 +50,13 @@ static int id_len(const gang__lh_member *m) {
 }
 
 size_t gang__lh_member_encode(const gang__lh_member *m, char *buf, size_t cap) {
-  int n = snprintf(buf, cap,
-                   "replica_id=%.*s\nstep=%" PRId64 "\nworld_size=%d\n"
-                   "shrink_only=%d\ncommit_failures=%" PRId64
-                   "\ncommit_quorum=%" PRId64 "\n",
-                   id_len(m), m->replica_id, m->step, m->world_size,
-                   m->shrink_only ? 1 : 0, m->commit_failures,
-                   m->commit_quorum);
+  int n =
+      snprintf(buf, cap,
+               "replica_id=%.*s\nstep=%" PRId64 "\nworld_size=%d\n"
+               "shrink_only=%d\ncommit_failures=%" PRId64
+               "\ncommit_quorum=%" PRId64 "\n",
+               id_len(m), m->replica_id, m->step, m->world_size,
+               m->shrink_only ? 1 : 0, m->commit_failures, m->commit_quorum);
   return n < 0 ? 0 : (size_t)n;
 }
 

@@ -29,8 +29,8 @@ typedef struct incarnation {
 
 typedef struct ft_gang {
   pthread_mutex_t mu;
-  incarnation *current;  /* NULL: unconfigured */
-  incarnation *retired;  /* replaced ones with works outstanding */
+  incarnation *current; /* NULL: unconfigured */
+  incarnation *retired; /* replaced ones with works outstanding */
   gang_options opts;
   char host[256];
 } ft_gang;
@@ -46,7 +46,8 @@ _Static_assert(sizeof(ft_work) <= sizeof(((gang_work *)0)->inline_state),
 
 static const gang__ops ft_ops;
 
-/* ---- Claiming a prefix ---------------------------------------------------- */
+/* ---- Claiming a prefix ----------------------------------------------------
+ */
 
 gang_status gang__ft_claim_prefix(const char *store_addr, int size,
                                   int64_t timeout_ms) {
@@ -66,11 +67,12 @@ gang_status gang__ft_claim_prefix(const char *store_addr, int size,
   gang_store_close(st);
   GANG_CHECK(rc);
   if (claims > size)
-    return gang__error(GANG_INVALID_USAGE,
-                       "gang_ft_configure: prefix of '%s' was used before (%" PRId64
-                       " claims for %d ranks): give every configure a fresh "
-                       "prefix, as torchft does with the quorum id",
-                       store_addr, claims, size);
+    return gang__error(
+        GANG_INVALID_USAGE,
+        "gang_ft_configure: prefix of '%s' was used before (%" PRId64
+        " claims for %d ranks): give every configure a fresh "
+        "prefix, as torchft does with the quorum id",
+        store_addr, claims, size);
   return GANG_OK;
 }
 
@@ -204,7 +206,8 @@ static bool ft_configured(const gang_t *g) {
 static const gang__ft_ops ft_ft_ops = {.configure = ft_configure,
                                        .configured = ft_configured};
 
-/* ---- Forwarding ------------------------------------------------------------ */
+/* ---- Forwarding ------------------------------------------------------------
+ */
 
 static gang_status ft_post(gang_t *g, const gang__coll *c, gang_work *w) {
   ft_gang *f = g->impl;
@@ -261,7 +264,8 @@ static gang_status ft_wait(gang_work *w, int64_t deadline) {
   ft_work *x = w->impl;
   if (x == NULL)
     return w->status;
-  int64_t ms = deadline == GANG_DEADLINE_NONE ? -1 : gang__deadline_poll_ms(deadline);
+  int64_t ms =
+      deadline == GANG_DEADLINE_NONE ? -1 : gang__deadline_poll_ms(deadline);
   gang_status st = gang_work_wait(x->inner, ms);
   int done = 0;
   (void)gang_work_test(x->inner, &done);

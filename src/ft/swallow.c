@@ -173,9 +173,9 @@ gang_status gang_error_swallowing_wrap(gang_t *inner, gang_t **out) {
     return gang__error(GANG_NO_MEMORY, "%s: out of memory", fn);
   s->inner = inner;
   pthread_mutex_init(&s->mu, NULL);
-  gang_status st = gang__new(&swallow_ops, s, gang_rank(inner),
-                             gang_size(inner), gang_get_device(inner),
-                             inner->timeout_ms, out);
+  gang_status st =
+      gang__new(&swallow_ops, s, gang_rank(inner), gang_size(inner),
+                gang_get_device(inner), inner->timeout_ms, out);
   if (st != GANG_OK) {
     pthread_mutex_destroy(&s->mu);
     free(s);

@@ -91,14 +91,14 @@ struct gang_work {
   gang_t *g;
   atomic_int done;
   gang_status status;
-  bool heap;        /* allocated by a _post call (gang_work_free frees it) */
+  bool heap; /* allocated by a _post call (gang_work_free frees it) */
   /* Waited for with a deadline before the gang's own: the backend must not
    * run it on the waiting thread, where it would keep the gang's deadline. */
   atomic_bool short_wait;
-  gang__coll coll;  /* what was posted */
-  char detail[512]; /* what went wrong, when status != GANG_OK */
-  void *impl;       /* backend state */
-  uint64_t seq;     /* backend: the collective's sequence number */
+  gang__coll coll;             /* what was posted */
+  char detail[512];            /* what went wrong, when status != GANG_OK */
+  void *impl;                  /* backend state */
+  uint64_t seq;                /* backend: the collective's sequence number */
   TAILQ_ENTRY(gang_work) link; /* backend: queue link (sys/queue.h) */
   /* backend: room for per-operation state, so blocking calls (whose work
    * lives on the stack) allocate nothing */

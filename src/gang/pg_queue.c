@@ -145,8 +145,7 @@ gang_status gang__pg_wait(gang_work *w, int64_t deadline) {
     /* Running it here saves the worker's wake-up, but the collective then
      * runs with the gang's deadline: not for a shorter wait. */
     if (!atomic_load_explicit(&w->short_wait, memory_order_relaxed) &&
-        !atomic_load(&p->running) &&
-        !TAILQ_EMPTY(&p->queue) && drain(g, w))
+        !atomic_load(&p->running) && !TAILQ_EMPTY(&p->queue) && drain(g, w))
       continue;
     if (gang__deadline_passed(deadline)) {
       /* Make the running collective give up, then wait for it to say so:

@@ -415,9 +415,9 @@ static gang_status finish(const env *e, gang_world_info *w) {
      * meet there, in torch's protocol (src/store/torch_client.c), rather
      * than have rank 0 listen on a port that is taken. */
     const char *agent = env_get(e, "TORCHELASTIC_USE_AGENT_STORE");
-    bool torch = agent != NULL && (strcmp(agent, "True") == 0 ||
-                                   strcmp(agent, "true") == 0 ||
-                                   strcmp(agent, "1") == 0);
+    bool torch = agent != NULL &&
+                 (strcmp(agent, "True") == 0 || strcmp(agent, "true") == 0 ||
+                  strcmp(agent, "1") == 0);
     size_t skip = torch ? strlen("torch://") : 0;
     if (torch)
       memcpy(w->store_addr, "torch://", skip);

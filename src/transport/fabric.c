@@ -140,7 +140,6 @@ void fabric_left_before(gang__fabric *f, conn *c) {
   fabric_fail_locked(f, GANG_PEER_LOST, why);
 }
 
-
 /* ---- Sending ------------------------------------------------------------- */
 
 size_t fabric_frame_head(uint32_t kind, uint64_t len) {
@@ -298,7 +297,6 @@ static void early_buf_free(conn *c, uint8_t *p, size_t cap) {
   c->spare_count++;
 }
 
-
 /* The early-message bound (GANG_TCP_EARLY_MAX): whether c may buffer len
  * more bytes. When it may not, c fails with NO_MEMORY naming the peer:
  * this rank needs a message behind what the peer sent ahead (holds_back
@@ -324,8 +322,8 @@ static bool early_room(gang__fabric *f, conn *c, size_t len) {
 static bool holds_back(const gang__fabric *f, conn *c, const uint8_t *h) {
   uint64_t len = gang__get_u64(h + 24);
   c->held = gang__get_u32(h) == FRAME_DATA && len > 0 && len <= EAGER_MAX &&
-            c->early_bytes + len > f->early_max &&
-            TAILQ_EMPTY(&c->posted) && !c->hup;
+            c->early_bytes + len > f->early_max && TAILQ_EMPTY(&c->posted) &&
+            !c->hup;
   return c->held;
 }
 

@@ -157,11 +157,11 @@ struct gang__fabric {
    * sleepers). */
   void (*fail_hook)(void *arg, gang_status st, const char *reason);
   void *fail_arg;
-  int64_t spin_ns; /* GANG_TCP_SPIN_US */
-  size_t piece;    /* GANG_TCP_PIECE, 0: sends are never paced */
+  int64_t spin_ns;  /* GANG_TCP_SPIN_US */
+  size_t piece;     /* GANG_TCP_PIECE, 0: sends are never paced */
   size_t early_max; /* GANG_TCP_EARLY_MAX */
-  bool piece_set;  /* ... by the user; else chosen per connection */
-  int sockbuf;     /* GANG_SOCKET_BUFFER, 0: the kernel's */
+  bool piece_set;   /* ... by the user; else chosen per connection */
+  int sockbuf;      /* GANG_SOCKET_BUFFER, 0: the kernel's */
   /* GANG_TCP_CONGESTION: cc_all set on every connection; else, unless
    * cc_keep, "reno" on those that stay on this host. */
   char cc[16]; /* the kernel's TCP_CA_NAME_MAX */

@@ -73,8 +73,8 @@ static gang_status hello_check(const gang__fabric *f, const hello *h,
     return gang__error(GANG_MISMATCH, "%s has world size %u, this rank %d", who,
                        h->size, f->size);
   if (h->rank >= (uint32_t)f->size)
-    return gang__error(GANG_PROTOCOL, "%s claims rank %u of a world of %d",
-                       who, h->rank, f->size);
+    return gang__error(GANG_PROTOCOL, "%s claims rank %u of a world of %d", who,
+                       h->rank, f->size);
   if (want_rank >= 0 && (int)h->rank != want_rank)
     return gang__error(GANG_PROTOCOL, "%s claims rank %u, expected %d", who,
                        h->rank, want_rank);
@@ -294,8 +294,7 @@ static int take_hello(gang__fabric *f, const gang__fabric_config *cfg,
     return -1;
   }
   hello me = {
-      HELLO_MAGIC, HELLO_VERSION, (uint32_t)f->rank, (uint32_t)f->size, 0,
-      {0}};
+      HELLO_MAGIC, HELLO_VERSION, (uint32_t)f->rank, (uint32_t)f->size, 0, {0}};
   memcpy(me.token, token, 16);
   uint8_t b[HELLO_LEN];
   hello_encode(&me, b);
@@ -385,8 +384,7 @@ static gang_status accept_higher(gang__fabric *f,
         np--;
       }
       int64_t hd = gang__deadline_in_ms(HELLO_WAIT_MS);
-      p[np++] = (pending){fd, 0, hd < cfg->deadline ? hd : cfg->deadline,
-                          {0}};
+      p[np++] = (pending){fd, 0, hd < cfg->deadline ? hd : cfg->deadline, {0}};
     }
   }
   for (int i = 0; i < np; i++)
@@ -511,8 +509,8 @@ gang_status gang__fabric_create_connected(int rank, int size, const int *fds,
   gang__fabric *f = NULL;
   gang_status st;
   if (size < 1 || rank < 0 || rank >= size)
-    st = gang__error(GANG_INVALID_ARGUMENT,
-                     "fabric: rank %d of a world of %d", rank, size);
+    st = gang__error(GANG_INVALID_ARGUMENT, "fabric: rank %d of a world of %d",
+                     rank, size);
   else
     st = fabric_alloc(rank, size, &f);
   if (st != GANG_OK) {

@@ -138,13 +138,13 @@ typedef struct gang__shm_chan {
    * MiB and up) and way the last few times, ns per MiB. */
   int64_t way_wall0, way_wall;
   float way_ns_mib[6][2][5];
-  uint8_t way_n[6][2];   /* times kept of each (up to 5) */
-  uint32_t way_calls;    /* calls that chose so far */
-  int64_t timeout_ms;      /* of the running collective; with deadline 0, the
-                              first wait that sleeps sets the deadline (the
-                              spin before it, under 1 ms, is not counted) */
-  const char *op;          /* name of the running collective, for errors */
-  uint64_t sig;            /* its signature (gang__shm_sig) */
+  uint8_t way_n[6][2]; /* times kept of each (up to 5) */
+  uint32_t way_calls;  /* calls that chose so far */
+  int64_t timeout_ms;  /* of the running collective; with deadline 0, the
+                          first wait that sleeps sets the deadline (the
+                          spin before it, under 1 ms, is not counted) */
+  const char *op;      /* name of the running collective, for errors */
+  uint64_t sig;        /* its signature (gang__shm_sig) */
   const char *(*kind_name)(int kind); /* names a signature's kind */
   uint64_t opseq;                     /* its sequence number in the gang */
   unsigned char *scratch; /* private, grown on demand, never shrunk */

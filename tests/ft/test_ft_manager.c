@@ -62,7 +62,8 @@ static void nap_ms(int ms) {
   nanosleep(&ts, NULL);
 }
 
-/* ---- The replicas ----------------------------------------------------------- */
+/* ---- The replicas -----------------------------------------------------------
+ */
 
 typedef struct run_cfg {
   const char *log;
@@ -138,8 +139,8 @@ static int replica_main(const run_cfg *c, int g, int inc, int rank) {
     for (int i = 0; i < NPARAM; i++)
       grad[i] = (float)((step * 31 + i * 7) % 17 - 8) * 0.001f *
                 (float)(1 + (rr < 0 ? 0 : rr));
-    RCHECK_OK(gang_manager_all_reduce(m, grad, NPARAM, GANG_FLOAT32,
-                                      GANG_MEAN));
+    RCHECK_OK(
+        gang_manager_all_reduce(m, grad, NPARAM, GANG_FLOAT32, GANG_MEAN));
     nap_ms(c->step_ms);
     bool commit = false;
     RCHECK_OK(gang_manager_should_commit(m, &commit));
@@ -161,17 +162,17 @@ static int replica_main(const run_cfg *c, int g, int inc, int rank) {
              g, inc, rank, gang_manager_step(m), gang_manager_quorum_id(m),
              gang_manager_participants(m), commit, now_s(), why);
   }
-  log_line(c,
-           "done g=%d inc=%d rank=%d step=%" PRId64 " hash=%016" PRIx64
-           " t=%.6f\n",
-           g, inc, rank, gang_manager_step(m), fnv(params, sizeof params),
-           now_s());
+  log_line(
+      c,
+      "done g=%d inc=%d rank=%d step=%" PRId64 " hash=%016" PRIx64 " t=%.6f\n",
+      g, inc, rank, gang_manager_step(m), fnv(params, sizeof params), now_s());
   gang_manager_destroy(m);
   gang_destroy(group);
   return 0;
 }
 
-/* ---- Processes ---------------------------------------------------------------- */
+/* ---- Processes
+ * ---------------------------------------------------------------- */
 
 typedef struct procs {
   pid_t pid[MAX_PROCS];
@@ -227,7 +228,8 @@ static int reap_all(procs *ps, int timeout_ms) {
   return bad;
 }
 
-/* ---- The log -------------------------------------------------------------------- */
+/* ---- The log
+ * -------------------------------------------------------------------- */
 
 typedef struct ev {
   char kind[8];
@@ -312,8 +314,8 @@ static int check_done(const char *log, int64_t target) {
     if (hash == NULL)
       hash = g_evs[i].hash;
     else if (strcmp(hash, g_evs[i].hash) != 0)
-      fail_msg("group %d ended with parameters %s, another with %s",
-               g_evs[i].g, g_evs[i].hash, hash);
+      fail_msg("group %d ended with parameters %s, another with %s", g_evs[i].g,
+               g_evs[i].hash, hash);
   }
   return done;
 }
@@ -346,7 +348,8 @@ static double wait_commit_after(const char *log, double t0, int part, int skip,
   return t;
 }
 
-/* ---- A failed test stops its processes -------------------------------------- */
+/* ---- A failed test stops its processes --------------------------------------
+ */
 
 /* What the running test started, for its teardown: a failed check leaves
  * the test at once, and its replicas and lighthouse must not run on until
@@ -371,9 +374,11 @@ static int ft_teardown(void **state) {
   return gt_leak_teardown(state);
 }
 
-#define FT_TEST(fn) cmocka_unit_test_setup_teardown(fn, gt_leak_setup, ft_teardown)
+#define FT_TEST(fn)                                                            \
+  cmocka_unit_test_setup_teardown(fn, gt_leak_setup, ft_teardown)
 
-/* ---- Tests ---------------------------------------------------------------------- */
+/* ---- Tests
+ * ---------------------------------------------------------------------- */
 
 static void test_kill9_survivors_go_on_and_restart_heals(void **state) {
   (void)state;

@@ -76,7 +76,8 @@ static gang_store *sync_store(void) {
   return st;
 }
 
-/* ---- report_error: the group votes no -------------------------------------- */
+/* ---- report_error: the group votes no --------------------------------------
+ */
 
 static int report_rank(int rank, int size, void *arg) {
   (void)arg;
@@ -116,7 +117,8 @@ static void test_report_error_the_group_votes_no(void **state) {
   assert_int_equal(gt_run_ranks(2, report_rank, NULL, 120000), 0);
 }
 
-/* ---- max_retries -------------------------------------------------------------- */
+/* ---- max_retries
+ * -------------------------------------------------------------- */
 
 static bool failing_step(gang_manager *m, gang_status *st) {
   RCHECK_OK(gang_manager_start_quorum(m, true, false));
@@ -139,7 +141,7 @@ static int retries_rank(int rank, int size, void *arg) {
          GANG_INVALID_USAGE);
   RCHECK(strstr(gang_last_error(), "'late'") != NULL);
   gang_status st;
-  RCHECK(!failing_step(m, &st) && st == GANG_OK); /* 1 failure: allowed */
+  RCHECK(!failing_step(m, &st) && st == GANG_OK);      /* 1 failure: allowed */
   RCHECK(!failing_step(m, &st) && st == GANG_ABORTED); /* 2 > max_retries */
   RCHECK(strstr(gang_last_error(), "max_retries 1") != NULL);
   RCHECK(step(m, true, 1.0f, NULL, NULL)); /* a commit starts again */
@@ -154,7 +156,8 @@ static void test_max_retries(void **state) {
   assert_int_equal(gt_run_ranks(1, retries_rank, NULL, 60000), 0);
 }
 
-/* ---- A replica behind, not healing ------------------------------------------ */
+/* ---- A replica behind, not healing ------------------------------------------
+ */
 
 /* Rank 0 is replica "ahead": it commits 3 steps alone, then steps on
  * until rank 1 is done. Rank 1 is replica "behind": it starts at step 0
@@ -175,8 +178,8 @@ static int behind_rank(int rank, int size, void *arg) {
     RCHECK_OK(gang_store_set(st, "behind/ahead", "1", 1));
     for (int i = 0; i < 400; i++) {
       bool here = false;
-      RCHECK_OK(gang_store_check(st, (const char *const[]){"behind/done"}, 1,
-                                 &here));
+      RCHECK_OK(
+          gang_store_check(st, (const char *const[]){"behind/done"}, 1, &here));
       if (here)
         break;
       if (step(m, false, 3.0f, &v, NULL))
@@ -226,7 +229,8 @@ static void test_behind_without_healing_sends_zeros(void **state) {
   assert_int_equal(gt_run_ranks(2, behind_rank, NULL, 120000), 0);
 }
 
-/* ---- Bad input -------------------------------------------------------------- */
+/* ---- Bad input --------------------------------------------------------------
+ */
 
 static void test_bad_input(void **state) {
   (void)state;
@@ -256,7 +260,8 @@ static void test_bad_input(void **state) {
   assert_null(m);
 }
 
-/* ---- Setup ---------------------------------------------------------------------- */
+/* ---- Setup
+ * ---------------------------------------------------------------------- */
 
 static int setup(void **state) {
   if (gt_store_group_setup(state) != 0)

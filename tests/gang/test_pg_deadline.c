@@ -57,8 +57,8 @@ static int deadline_rank(int rank, int size, void *arg) {
     double t0 = now_s();
     gang_status st = gang_work_wait(w, 200);
     double took = now_s() - t0;
-    fprintf(stderr, "rank 0 (%s): wait(200 ms) -> %s after %.3f s: %s\n",
-            mode, gang_status_name(st), took, gang_get_last_error(g));
+    fprintf(stderr, "rank 0 (%s): wait(200 ms) -> %s after %.3f s: %s\n", mode,
+            gang_status_name(st), took, gang_get_last_error(g));
     RCHECK(st == GANG_TIMEOUT);
     RCHECK(took >= 0.19 && took < 0.2 + 0.5 + SLACK_S);
     int done = 0;
@@ -81,8 +81,8 @@ static int deadline_rank(int rank, int size, void *arg) {
     double took = now_s() - t0;
     fprintf(stderr, "rank 1 (%s): all_reduce -> %s after %.3f s: %s\n", mode,
             gang_status_name(st), took, gang_get_last_error(g));
-    RCHECK(st == GANG_TIMEOUT || (st == GANG_OK && buf[0] == 2.0f &&
-                                  buf[255] == 2.0f));
+    RCHECK(st == GANG_TIMEOUT ||
+           (st == GANG_OK && buf[0] == 2.0f && buf[255] == 2.0f));
     if (st == GANG_OK) {
       t0 = now_s();
       st = gang_barrier(g);

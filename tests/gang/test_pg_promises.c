@@ -61,8 +61,7 @@ static int freed_rank(int rank, int size, void *arg) {
     gang_work_free(w); /* rank 1 has not come: unfinished */
     RCHECK(gang_barrier(g) == GANG_ABORTED);
     fprintf(stderr, "rank 0: %s\n", gang_get_last_error(g));
-    RCHECK(strstr(gang_get_last_error(g), "freed before it completed") !=
-           NULL);
+    RCHECK(strstr(gang_get_last_error(g), "freed before it completed") != NULL);
     RCHECK_OK(gang_store_set(st, "freed", "1", 1));
   } else {
     wait_key(st, "freed");
@@ -78,8 +77,7 @@ static int freed_rank(int rank, int size, void *arg) {
     RCHECK(s == GANG_ABORTED);
     RCHECK(took < SLACK_S);
     RCHECK(strstr(gang_get_last_error(g), "rank 0") != NULL);
-    RCHECK(strstr(gang_get_last_error(g), "freed before it completed") !=
-           NULL);
+    RCHECK(strstr(gang_get_last_error(g), "freed before it completed") != NULL);
   }
   gang_store_close(st);
   gang_destroy(g);

@@ -17,12 +17,11 @@ typedef enum { F_COUNT, F_DTYPE, F_OP, F_ROOT, F_KIND, F_N } field;
 static const char *const field_name[F_N] = {"count", "dtype", "op", "root",
                                             "kind"};
 /* What each side's text must show, rank 1's value second. */
-static const char *const want[F_N][2] = {
-    {"count 16", "count 17"},
-    {"float32", "int32"},
-    {"sum", "max"},
-    {"root 0", "root 2"},
-    {"all_reduce", "all_gather"}};
+static const char *const want[F_N][2] = {{"count 16", "count 17"},
+                                         {"float32", "int32"},
+                                         {"sum", "max"},
+                                         {"root 0", "root 2"},
+                                         {"all_reduce", "all_gather"}};
 
 static int g_round;
 
@@ -38,8 +37,7 @@ static int sig_rank(int rank, int size, void *arg) {
     st = gang_all_reduce(g, buf, odd ? 17 : 16, GANG_FLOAT32, GANG_SUM);
     break;
   case F_DTYPE:
-    st = gang_all_reduce(g, buf, 16, odd ? GANG_INT32 : GANG_FLOAT32,
-                         GANG_SUM);
+    st = gang_all_reduce(g, buf, 16, odd ? GANG_INT32 : GANG_FLOAT32, GANG_SUM);
     break;
   case F_OP:
     st = gang_all_reduce(g, buf, 16, GANG_FLOAT32, odd ? GANG_MAX : GANG_SUM);

@@ -43,8 +43,9 @@ void gt_child_exit(int code) {
   fflush(stdout);
   fflush(stderr);
   if (code == 0 && gt_leak_check() != 0) {
-    fprintf(stderr, "leak check: LeakSanitizer found leaks in child %d "
-                    "(report above)\n",
+    fprintf(stderr,
+            "leak check: LeakSanitizer found leaks in child %d "
+            "(report above)\n",
             (int)getpid());
     code = GT_EXIT_LEAK;
   }
@@ -317,11 +318,11 @@ void gt_store_proc_stop(gt_store_proc *sp) {
   sp->pid = -1;
   if (r < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
     fail_msg("the store server process did not exit cleanly (%s %d)",
-             r < 0                   ? "waitpid failed, errno"
-             : !WIFEXITED(status)    ? "killed by signal"
+             r < 0                                 ? "waitpid failed, errno"
+             : !WIFEXITED(status)                  ? "killed by signal"
              : WEXITSTATUS(status) == GT_EXIT_LEAK ? "leaks found, status"
-                                     : "exit status",
-             r < 0 ? errno
+                                                   : "exit status",
+             r < 0                ? errno
              : !WIFEXITED(status) ? WTERMSIG(status)
                                   : WEXITSTATUS(status));
 }

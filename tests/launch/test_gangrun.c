@@ -742,8 +742,8 @@ static void test_bad_flags(void **state) {
     char *argv[] = {gangrun_path, "--standalone", (char *)progs[i].prog, NULL};
     int code = exit_code(gt_run_cmd(argv, NULL, &out, TIMEOUT_MS));
     if (code != progs[i].code)
-      fail_msg("program %s: exit %d, want %d; output '%s'", progs[i].prog,
-               code, progs[i].code, out);
+      fail_msg("program %s: exit %d, want %d; output '%s'", progs[i].prog, code,
+               progs[i].code, out);
     for (int k = 0; k < 3 && progs[i].want[k]; k++)
       if (strstr(out, progs[i].want[k]) == NULL)
         fail_msg("program %s: output '%s' lacks '%s'", progs[i].prog, out,

@@ -238,8 +238,8 @@ static void test_nothing_listens(void **state) {
   double took = (double)(gang__now_ns() - t0) / 1e9;
   if (strstr(out, waiting) == NULL || strstr(out, " s of 4 s)") == NULL ||
       strstr(out, "Connection refused") == NULL || took < 3.9 || took > 10)
-    fail_msg("keys --timeout 4s, nothing listening: %.1f s, output:\n%s",
-             took, out);
+    fail_msg("keys --timeout 4s, nothing listening: %.1f s, output:\n%s", took,
+             out);
   free(out);
 
   char *env[] = {"GANG_STORE_TIMEOUT=4500ms", NULL};
@@ -263,10 +263,9 @@ static void test_nothing_listens(void **state) {
 static void test_unresolvable_host(void **state) {
   (void)state;
   char *out;
-  assert_int_equal(
-      run(NULL, &out, "keys", "no-such-host.invalid:29500", "--timeout", "5s",
-          NULL),
-      1);
+  assert_int_equal(run(NULL, &out, "keys", "no-such-host.invalid:29500",
+                       "--timeout", "5s", NULL),
+                   1);
   if (strstr(out, "usage") != NULL ||
       strstr(out, "no-such-host.invalid") == NULL ||
       strstr(out, "resolve") == NULL || strchr(out, '\n') == NULL ||
@@ -333,12 +332,9 @@ static void test_bench_embedded(void **state) {
 int main(void) {
   tool = gt_tool_path("gang-store");
   const struct CMUnitTest tests[] = {
-      GT_TEST(test_serve_and_client),
-      GT_TEST(test_nothing_listens),
-      GT_TEST(test_unresolvable_host),
-      GT_TEST(test_file_addr),
-      GT_TEST(test_usage_errors),
-      GT_TEST(test_bench_embedded),
+      GT_TEST(test_serve_and_client),  GT_TEST(test_nothing_listens),
+      GT_TEST(test_unresolvable_host), GT_TEST(test_file_addr),
+      GT_TEST(test_usage_errors),      GT_TEST(test_bench_embedded),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   free(tool);

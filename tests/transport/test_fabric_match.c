@@ -249,8 +249,7 @@ static void test_connected_fabrics(void **state) {
                       xfer(true, 1, 1, out[0], BIG),
                       xfer(false, 1, 2, in[0], BIG)};
   gang__xfer x1[3] = {xfer(true, 0, 2, out[1], BIG),
-                      xfer(false, 0, 1, in[1], BIG),
-                      xfer(true, 0, 4, NULL, 0)};
+                      xfer(false, 0, 1, in[1], BIG), xfer(true, 0, 4, NULL, 0)};
   gang__xfer e = xfer(false, 1, 4, NULL, 0);
   gang__xgroup g0, g1, ge;
   assert_int_equal(gang__fabric_start(f[0], x0, 3, &g0, "rank 0"), GANG_OK);

@@ -67,7 +67,8 @@ static gang__shm_chan *attach(side *s, uint64_t ctx, int rank) {
 /* Publishes step t with signature sig, with this rank's number inline. */
 static void publish(gang__shm_chan *c, uint64_t t, uint64_t sig) {
   c->sig = sig;
-  c->ctl[c->rank]->line[GANG_SHM_LINE(t)].data[0] = (unsigned char)(c->rank + 1);
+  c->ctl[c->rank]->line[GANG_SHM_LINE(t)].data[0] =
+      (unsigned char)(c->rank + 1);
   gang__shm_publish(c, t);
 }
 

@@ -237,9 +237,8 @@ static void *report_run(void *arg) {
     }
     if (now >= next) {
       if (r->what[0] != '\0')
-        fprintf(stderr, "gang-store: waiting for %s (%lld s of %s)\n",
-                r->what, (long long)((now - start) / 1000000000LL),
-                r->limit);
+        fprintf(stderr, "gang-store: waiting for %s (%lld s of %s)\n", r->what,
+                (long long)((now - start) / 1000000000LL), r->limit);
       next += REPORT_EVERY_MS * 1000000LL;
       continue;
     }

@@ -88,9 +88,8 @@ int gr_run_replica_groups(const gr_options *o, char **argv, int sigfd) {
       gang_lighthouse_stop(lh);
       return 1;
     }
-    fprintf(stderr,
-            "gangrun: lighthouse at %s, status page http://%s:%d/\n", addr,
-            o->master_addr, gang_lighthouse_http_port(lh));
+    fprintf(stderr, "gangrun: lighthouse at %s, status page http://%s:%d/\n",
+            addr, o->master_addr, gang_lighthouse_http_port(lh));
   }
   pid_t *pids = calloc((size_t)R, sizeof *pids);
   int *status = calloc((size_t)R, sizeof *status);

@@ -346,12 +346,13 @@ int main(int argc, char **argv) {
   }
 
   /* --no-store: the program hosts its store on MASTER_PORT itself. */
-  int store_port = o.no_store ? o.master_port
+  int store_port = o.no_store     ? o.master_port
                    : o.nnodes > 1 ? o.master_port + 1
                                   : 0;
   if (!o.no_store && store_port > 65535) {
-    fprintf(stderr, "gangrun: the store takes --master-port + 1 with several "
-                    "nodes; %d is not a port\n",
+    fprintf(stderr,
+            "gangrun: the store takes --master-port + 1 with several "
+            "nodes; %d is not a port\n",
             store_port);
     code = 2;
     goto out;

@@ -258,8 +258,8 @@ int gr_run_group(const gr_options *o, int attempt, const char *path,
       if (s->buf != NULL)
         s->plen =
             o->replica_group >= 0
-                ? (size_t)snprintf(s->buf, PREFIX_CAP, "[g%d/rank%d]:",
-                                   o->replica_group, w->rank)
+                ? (size_t)snprintf(s->buf, PREFIX_CAP,
+                                   "[g%d/rank%d]:", o->replica_group, w->rank)
                 : (size_t)snprintf(s->buf, PREFIX_CAP, "[rank%d]:", w->rank);
       if (o->log_dir != NULL)
         s->log = open_log(o, attempt, w->rank, k == 0 ? "stdout" : "stderr");
