@@ -163,9 +163,24 @@ static double bound_s(int fault, int64_t timeout_ms) {
 
 /* ---- Judging an error ---------------------------------------------------- */
 
+/* Whether the list of ranks at `list` ("1,3]" or "1,3;") holds v. */
+static bool list_holds(const char *list, int v) {
+  for (const char *d = list; *d != '\0' && *d != ']' && *d != ';';) {
+    char *end;
+    long r = strtol(d, &end, 10);
+    if (end == d)
+      return false;
+    if (r == v)
+      return true;
+    d = *end == ',' ? end + 1 : end;
+  }
+  return false;
+}
+
 /* Does the error name rank v? Ranks appear as "rank V" (world ranks, and
- * gang ranks as "gang rank V (pid P)") or in the diagnosis' list of those
- * that did not answer ("within 200 ms: 1,3]"). */
+ * gang ranks as "gang rank V (pid P)"), and in the diagnosis' lists of
+ * those that did not answer ("within 200 ms: 1,3") or were in no
+ * diagnosis ("other world ranks in no diagnosis: 3"). */
 static bool names_rank(const char *err, int v) {
   char want[32];
   int n = snprintf(want, sizeof want, "rank %d", v);
@@ -176,23 +191,17 @@ static bool names_rank(const char *err, int v) {
       return true;
   }
   const char *d = strstr(err, "did not answer within");
-  if (d != NULL && (d = strstr(d, "ms: ")) != NULL) {
-    for (d += 4; *d != '\0' && *d != ']';) {
-      char *end;
-      long r = strtol(d, &end, 10);
-      if (end == d)
-        break;
-      if (r == v)
-        return true;
-      d = *end == ',' ? end + 1 : end;
-    }
-  }
-  return false;
+  if (d != NULL && (d = strstr(d, "ms: ")) != NULL && list_holds(d + 4, v))
+    return true;
+  const char *lead = "other world ranks in no diagnosis: ";
+  d = strstr(err, lead);
+  return d != NULL && list_holds(d + strlen(lead), v);
 }
 
 /* The rank the error blames for closing its connection: N of the last
- * "rank N ... closed the connection" or "connection to rank N ... failed",
- * or -1. */
+ * "rank N ... closed the connection", "connection to rank N ... failed"
+ * or "sending to rank N ...: <reason>" (a send that found it closed), or
+ * -1. */
 static int closed_by(const char *err) {
   int who = -1;
   for (const char *p = err; (p = strstr(p, "rank ")) != NULL; p += 5) {
@@ -204,8 +213,9 @@ static int closed_by(const char *err) {
     if (*tail == ' ' && tail[1] == '(') /* "rank 0 (127.0.0.1:4000)" */
       tail = strchr(tail, ')') ? strchr(tail, ')') + 1 : tail;
     bool to = p >= err + 14 && strncmp(p - 14, "connection to ", 14) == 0;
+    bool sending = p >= err + 11 && strncmp(p - 11, "sending to ", 11) == 0;
     if (strncmp(tail, " closed the connection", 22) == 0 ||
-        (to && strncmp(tail, " failed", 7) == 0))
+        (to && strncmp(tail, " failed", 7) == 0) || (sending && tail[0] == ':'))
       who = (int)r;
   }
   return who;

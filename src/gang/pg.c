@@ -19,11 +19,14 @@
 static const gang__ops pg_ops;
 
 /* The last gang of a world frees it (store, fabric, arena). A world that
- * hosts the store and failed by a timeout keeps the store until the peers'
- * diagnoses of it are done (pg_diag.c), for at most two diagnosis budgets:
- * this rank's own diagnosis ends about when theirs do, and a program that
- * destroys its gang right after its error would otherwise take the store
- * away in the middle of theirs. */
+ * hosts the store and failed keeps the store until its peers are done with
+ * it: every rank that began a diagnosis through it has ended it
+ * (gang__pg_diag_linger), and then the store has been idle for 50 ms with
+ * nothing parked, for late ones, each for at most two diagnosis budgets.
+ * Peers diagnose a timeout through it (pg_diag.c), even when this rank saw
+ * another failure (a peer that timed out and closed its connection before
+ * it could say why), and a program that destroys its gang right after its
+ * error would otherwise take the store away in the middle of theirs. */
 void gang__pg_world_release(pg_world *w) {
   if (w == NULL)
     return;
@@ -32,13 +35,15 @@ void gang__pg_world_release(pg_world *w) {
   pthread_mutex_unlock(&w->mu);
   if (left > 0)
     return;
-  bool timed_out = w->server != NULL && w->fabric != NULL &&
-                   gang__fabric_status(w->fabric, NULL, 0) == GANG_TIMEOUT;
+  bool failed = w->server != NULL && w->fabric != NULL &&
+                gang__fabric_status(w->fabric, NULL, 0) != GANG_OK;
   gang__shm_destroy(w->shm);
   free(w->hosts);
   gang__fabric_destroy(w->fabric);
+  if (failed)
+    gang__pg_diag_linger(w);
   gang_store_close(w->store);
-  if (timed_out)
+  if (failed)
     gang__store_server_wait_idle(w->server, 50, 2 * w->diag_budget_ms);
   gang_store_server_stop(w->server);
   pthread_mutex_destroy(&w->mu);

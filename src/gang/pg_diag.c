@@ -1,9 +1,11 @@
-/* After a collective timed out: which ranks of the gang reached it, told
- * through the store (pg_internal.h). */
+/* After a collective timed out: which ranks of the gang reached it, and
+ * which ranks of the world were not waiting in any of its collectives,
+ * told through the store (pg_internal.h). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "pg_internal.h"
 
@@ -35,13 +37,84 @@ static void no_diagnosis(pg *p, const char *detail, const gang_work *w) {
               gang__coll_name(w->coll.kind), w->seq, gang_last_error(), host);
 }
 
+/* Says, once per world, that this rank was waiting in a collective of the
+ * world when it timed out: "diag/world/<world rank>", and counts itself in
+ * "diag/present" (the store's host waits for those to be done, below). */
+static gang_status mark_present(pg *p, int world_rank) {
+  if (atomic_exchange(&p->w->diag_marked, true))
+    return GANG_OK;
+  char key[64];
+  snprintf(key, sizeof key, "diag/world/%d", world_rank);
+  GANG_CHECK(gang_store_set(p->w->store, key, "1", 1));
+  return gang_store_add(p->w->store, "diag/present", 1, NULL);
+}
+
+/* Counts this rank in "diag/done" once it no longer needs the store. */
+static void mark_done(pg *p) {
+  if (!atomic_exchange(&p->w->diag_done, true))
+    (void)gang_store_add(p->w->store, "diag/done", 1, NULL);
+}
+
+void gang__pg_diag_mark_present(gang_t *g) {
+  pg *p = g->impl;
+  if (p->w->store != NULL && mark_present(p, p->map[g->rank]) == GANG_OK)
+    mark_done(p);
+}
+
+void gang__pg_diag_linger(pg_world *w) {
+  if (w->store == NULL)
+    return;
+  int64_t limit = gang__deadline_in_ms(2 * w->diag_budget_ms);
+  while (!gang__deadline_passed(limit)) {
+    int64_t present = 0, done = 0;
+    if (gang_store_add(w->store, "diag/present", 0, &present) != GANG_OK ||
+        gang_store_add(w->store, "diag/done", 0, &done) != GANG_OK ||
+        done >= present)
+      return;
+    /* The peers tell nobody when they are done but the store: look again
+     * every few milliseconds, until they are or the limit. */
+    struct timespec ts = {0, 5 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+/* Writes to buf the world ranks that marked no presence, but for the
+ * gang's ranks that did not answer (`missing`, a flag per gang rank): the
+ * collective that timed out may have waited only for ranks that waited in
+ * turn for one in another gang, a stopped rank that nothing else names.
+ * False when the store failed. */
+static bool absent_elsewhere(gang_t *g, const bool *missing, char *buf,
+                             size_t cap) {
+  pg *p = g->impl;
+  size_t o = 0;
+  buf[0] = '\0';
+  for (int r = 0; r < p->w->size; r++) {
+    bool named = false;
+    for (int i = 0; i < g->size && !named; i++)
+      named = missing[i] && p->map[i] == r;
+    if (named)
+      continue;
+    char key[64];
+    snprintf(key, sizeof key, "diag/world/%d", r);
+    const char *k = key;
+    bool there = false;
+    if (gang_store_check(p->w->store, &k, 1, &there) != GANG_OK)
+      return false;
+    if (!there && o + 16 < cap)
+      o += (size_t)snprintf(buf + o, cap - o, "%s%d", o ? "," : "", r);
+  }
+  return true;
+}
+
 /* After a collective timed out (here or on a peer that told us), find out
  * which ranks of the gang reached it: each rank that gets the timeout marks
- * "diag/<ctx>/<seq>/<rank>" in the store, waits up to the budget for the
- * others' marks, and adds to the error who reached the collective and who
- * did not answer (a hung or stopped rank never marks). A store that fails
- * on the way (it does not answer in time, or its host left) ends the
- * diagnosis: the error says so instead (no_diagnosis). */
+ * "diag/<ctx>/<seq>/<rank>" in the store (and its presence in the world,
+ * mark_present), waits up to the budget for the others' marks, and adds to
+ * the error who reached the collective and who did not answer (a hung or
+ * stopped rank never marks), and which other world ranks were in no
+ * diagnosis. A store that fails on the way (it does not answer in time, or
+ * its host left) ends the diagnosis: the error says so instead
+ * (no_diagnosis). */
 void gang__pg_diagnose_timeout(gang_t *g, const gang_work *w) {
   pg *p = g->impl;
   gang_store *st = p->w->store;
@@ -53,31 +126,34 @@ void gang__pg_diagnose_timeout(gang_t *g, const gang_work *w) {
   char mine[96];
   snprintf(mine, sizeof mine, "diag/%" PRIx64 "/%" PRIu64 "/%d", p->ctx, w->seq,
            g->rank);
-  if (gang_store_set(st, mine, "1", 1) != GANG_OK) {
+  if (gang_store_set(st, mine, "1", 1) != GANG_OK ||
+      mark_present(p, p->map[g->rank]) != GANG_OK) {
     no_diagnosis(p, detail, w);
     return;
   }
   char **keys = calloc((size_t)g->size, sizeof *keys);
+  bool *missed = calloc((size_t)g->size, sizeof *missed);
   for (int r = 0; keys != NULL && r < g->size; r++) {
     keys[r] = malloc(96);
     if (keys[r] != NULL)
       snprintf(keys[r], 96, "diag/%" PRIx64 "/%" PRIu64 "/%d", p->ctx, w->seq,
                r);
   }
-  bool all_ok = keys != NULL;
+  bool all_ok = keys != NULL && missed != NULL;
   for (int r = 0; all_ok && r < g->size; r++)
     all_ok = keys[r] != NULL;
   if (all_ok) {
     /* Whether or not everyone answers in time, then look at each. */
     (void)gang_store_wait(st, (const char *const *)keys, (size_t)g->size,
                           budget);
-    char reached[256] = "", missing[256] = "";
+    char reached[256] = "", missing[256] = "", absent[256] = "";
     size_t ro = 0, mo = 0;
     bool answered = true;
     for (int r = 0; answered && r < g->size; r++) {
       bool there = false;
       const char *k = keys[r];
       answered = gang_store_check(st, &k, 1, &there) == GANG_OK;
+      missed[r] = answered && !there;
       char *buf = there ? reached : missing;
       size_t *o = there ? &ro : &mo;
       if (answered && *o + 16 < sizeof reached)
@@ -85,12 +161,15 @@ void gang__pg_diagnose_timeout(gang_t *g, const gang_work *w) {
                                *o ? "," : "", r);
     }
     if (answered)
-      gang__error(GANG_TIMEOUT,
-                  "%s [gang ranks that reached %s #%" PRIu64 ": %s; that did "
-                  "not answer within %lld ms: %s]",
-                  detail, gang__coll_name(w->coll.kind), w->seq,
-                  ro ? reached : "none", (long long)budget,
-                  mo ? missing : "none");
+      answered = absent_elsewhere(g, missed, absent, sizeof absent);
+    if (answered)
+      gang__error(
+          GANG_TIMEOUT,
+          "%s [gang ranks that reached %s #%" PRIu64 ": %s; that did "
+          "not answer within %lld ms: %s%s%s]",
+          detail, gang__coll_name(w->coll.kind), w->seq, ro ? reached : "none",
+          (long long)budget, mo ? missing : "none",
+          absent[0] ? "; other world ranks in no diagnosis: " : "", absent);
     else
       no_diagnosis(p, detail, w);
   } else {
@@ -99,4 +178,6 @@ void gang__pg_diagnose_timeout(gang_t *g, const gang_work *w) {
   for (int r = 0; keys != NULL && r < g->size; r++)
     free(keys[r]);
   free(keys);
+  free(missed);
+  mark_done(p);
 }

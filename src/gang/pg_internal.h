@@ -48,6 +48,9 @@ typedef struct pg_world {
   gang_store_server *server; /* when rank 0 hosts the store itself */
   int store_host;            /* world rank hosting the store, -1: none */
   int64_t diag_budget_ms;    /* gang__pg_diag_budget_ms of its timeout */
+  int size;                  /* ranks in the world */
+  atomic_bool diag_marked;   /* this rank's presence is in the store */
+  atomic_bool diag_done;     /* ... and it is done with the store */
   gang__fabric *fabric;
   gang__shm *shm;      /* this host's arena; NULL: no local peer or shm off */
   int *hosts;          /* world rank -> host index (NULL for a world of one) */
@@ -174,8 +177,17 @@ bool gang__pg_execute_hier(gang_t *g, gang_work *w, gang_status *st);
 /* How long the diagnosis after a timeout of a gang with `timeout_ms` may
  * take (-1: none): 100-500 ms. */
 int64_t gang__pg_diag_budget_ms(int64_t timeout_ms);
+/* After a timeout of a collective that did not run (it started on a failed
+ * world): says in the store that this rank was waiting in the world, as a
+ * diagnosis does, once per world. */
+void gang__pg_diag_mark_present(gang_t *g);
+/* On the rank hosting the store, before it stops it: waits until every
+ * rank that counted itself present in a diagnosis is done with the store,
+ * for at most two diagnosis budgets. */
+void gang__pg_diag_linger(pg_world *w);
 /* Adds to this thread's timeout error which ranks reached w's collective
- * and which did not answer. Within gang__pg_diag_budget_ms of the gang's
+ * and which did not answer, and which other ranks of the world were in no
+ * diagnosis. Within gang__pg_diag_budget_ms of the gang's
  * timeout, unless the store stops answering in the middle of it (then a
  * waiting call's reply grace, 1 s, more). */
 void gang__pg_diagnose_timeout(gang_t *g, const gang_work *w);

@@ -30,6 +30,8 @@ static void run_one(gang_t *g, gang_work *w) {
     gang__reduce_mean_finish(c->out, c->count, c->dtype, g->size);
   if (st == GANG_TIMEOUT && ran)
     gang__pg_diagnose_timeout(g, w);
+  else if (st == GANG_TIMEOUT)
+    gang__pg_diag_mark_present(g);
   /* A failure found before any byte moved (a bad split, no memory) must
    * still reach the peers, or they wait for this rank until their
    * deadline. */

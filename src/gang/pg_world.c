@@ -75,6 +75,9 @@ static gang_status create(const gang_options *opts, const char *store_addr,
   w->refs = 1; /* the creation's own reference, dropped below */
   w->server = server;
   w->store_host = store_host;
+  w->size = size;
+  atomic_init(&w->diag_marked, false);
+  atomic_init(&w->diag_done, false);
   gang_status st;
   char host[INET6_ADDRSTRLEN] = "127.0.0.1";
   if (size > 1) {

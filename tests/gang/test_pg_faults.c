@@ -236,6 +236,63 @@ static void test_stopped_peer_times_out(void **state) {
   assert_int_equal(named, 3);
 }
 
+/* Rank 3 hangs; rank 1 waits for it in a barrier of the world, and rank 0
+ * for rank 1 in a barrier of their sub-gang {0, 1}. Rank 0's collective
+ * never waited for rank 3, and its diagnosis finds rank 1 missing, which
+ * is itself waiting: the rank that hangs is named as the one rank of the
+ * world in no diagnosis at all. */
+static void subgang_then_hang(gang_t *g, int ready_fd) {
+  int member[2] = {0, 1};
+  gang_t *sub = NULL;
+  RCHECK_OK(gang_create_subgang(g, member, 2, &sub)); /* NULL: not one */
+  hang(g, ready_fd);
+}
+
+static int across_rank(int rank, int size, void *arg) {
+  stop_state *ss = arg;
+  if (rank == 3) {
+    pid_t v = spawn_victim(rank, size, subgang_then_hang, 1500);
+    kill(v, SIGSTOP);
+    double t0 = now_s();
+    while (atomic_load(&ss->done) < size - 1 && now_s() - t0 < 30) {
+      struct timespec ts = {0, 5 * 1000 * 1000};
+      nanosleep(&ts, NULL);
+    }
+    kill(v, SIGKILL);
+    kill(v, SIGCONT);
+    int st;
+    RCHECK(waitpid(v, &st, 0) == v);
+    return 0;
+  }
+  gang_t *g = join(rank, size, 1500);
+  gang_t *sub = NULL;
+  int member[2] = {0, 1};
+  RCHECK_OK(gang_create_subgang(g, member, 2, &sub));
+  gang_status st = rank == 0 ? gang_barrier(sub) : gang_barrier(g);
+  fprintf(stderr, "rank %d: %s: %s\n", rank, gang_status_name(st),
+          gang_last_error());
+  RCHECK(st == GANG_TIMEOUT);
+  if (rank == 0)
+    RCHECK(strstr(gang_last_error(), "other world ranks in no diagnosis: 3]") !=
+           NULL);
+  gang_destroy(sub);
+  gang_destroy(g);
+  atomic_fetch_add(&ss->done, 1);
+  return 0;
+}
+
+static void test_stopped_rank_named_across_gangs(void **state) {
+  (void)state;
+  g_round++;
+  stop_state *ss = mmap(NULL, sizeof *ss, PROT_READ | PROT_WRITE,
+                        MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  assert_true(ss != MAP_FAILED);
+  atomic_init(&ss->done, 0);
+  int rc = gt_run_ranks(4, across_rank, ss, 60000);
+  munmap(ss, sizeof *ss);
+  assert_int_equal(rc, 0);
+}
+
 /* ---- works queued behind a timed-out one ----------------------------------
  */
 
@@ -940,6 +997,7 @@ int main(void) {
       GT_TEST(test_stopped_peer_times_out),
       GT_TEST(test_stopped_store_host_times_out),
       GT_TEST(test_works_queued_behind_a_timeout),
+      GT_TEST(test_stopped_rank_named_across_gangs),
       GT_TEST(test_abort_from_thread),
       GT_TEST(test_abort_of_a_subgang),
       GT_TEST(test_mismatched_counts),
