@@ -94,6 +94,13 @@ GANG_API void gang_abort(gang_t *g);
  * half-built gang, NULL). Not collective. */
 GANG_API void gang_destroy(gang_t *g);
 
+/* Writes the flight recorder's record of every gang of this process (the
+ * last GANG_FLIGHT calls of each, docs/flight-recorder.md) to
+ * GANG_FLIGHT_DUMP<world rank> or the log, with `reason` (NULL: none).
+ * GANG_INVALID_USAGE when no gang records (GANG_FLIGHT is 0). Any thread;
+ * not collective: each rank dumps its own. */
+GANG_API gang_status gang_flight_dump(const char *reason);
+
 GANG_API int gang_rank(const gang_t *g);
 GANG_API int gang_size(const gang_t *g);
 GANG_API gang_device gang_get_device(const gang_t *g);

@@ -165,3 +165,13 @@ void gang__log_write(int level, unsigned subsys, const char *fmt, ...) {
   fflush(out);
   pthread_mutex_unlock(&log_mu);
 }
+
+void gang__log_raw(const char *text, size_t len) {
+  if (atomic_load_explicit(&gang__log_level_v, memory_order_relaxed) < 0)
+    gang__log_init();
+  pthread_mutex_lock(&log_mu);
+  FILE *out = log_file ? log_file : stderr;
+  fwrite(text, 1, len, out);
+  fflush(out);
+  pthread_mutex_unlock(&log_mu);
+}

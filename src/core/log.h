@@ -9,6 +9,7 @@
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "gang/export.h"
 
@@ -58,6 +59,11 @@ static inline bool gang__log_on(int level, unsigned subsys) {
 
 void gang__log_write(int level, unsigned subsys, const char *fmt, ...)
     GANG_PRINTF(3, 4);
+
+/* Writes `text` (whole lines) to the log's file or stderr as it is, at any
+ * level, in one piece between other threads' lines (the flight recorder's
+ * dumps). */
+void gang__log_raw(const char *text, size_t len);
 
 /* Sets the rank shown in the line prefix (-1 hides it). The launcher's RANK
  * variable is used until this is called. */

@@ -99,6 +99,7 @@ struct gang_work {
   char detail[512];            /* what went wrong, when status != GANG_OK */
   void *impl;                  /* backend state */
   uint64_t seq;                /* backend: the collective's sequence number */
+  uint64_t flight;             /* backend: its flight recorder entry */
   TAILQ_ENTRY(gang_work) link; /* backend: queue link (sys/queue.h) */
   /* backend: room for per-operation state, so blocking calls (whose work
    * lives on the stack) allocate nothing */

@@ -65,6 +65,13 @@ gang_status gang__pg_new(pg_world *w, const int *map, int size, int rank,
     return gang__error(GANG_NO_MEMORY, "gang: out of memory");
   }
   memcpy(m, map, sizeof *m * (size_t)size);
+  gang_status fst =
+      gang__flight_new(w->name, w, map[rank], ctx, rank, size, map, &p->flight);
+  if (fst != GANG_OK) {
+    free(p);
+    free(m);
+    return fst;
+  }
   TAILQ_INIT(&p->queue);
   TAILQ_INIT(&p->p2p);
   bool local = w->shm != NULL && size > 1;
@@ -74,6 +81,7 @@ gang_status gang__pg_new(pg_world *w, const int *map, int size, int rank,
     gang_status st =
         gang__shm_chan_attach(w->shm, ctx, map, size, rank, &p->chan);
     if (st != GANG_OK) {
+      gang__flight_free(p->flight);
       free(p);
       free(m);
       return st;
@@ -82,6 +90,7 @@ gang_status gang__pg_new(pg_world *w, const int *map, int size, int rank,
   } else if (size > 1) {
     gang_status st = gang__pg_hier_new(w, map, size, rank, ctx, &p->hier);
     if (st != GANG_OK) {
+      gang__flight_free(p->flight);
       free(p);
       free(m);
       return st;
@@ -102,6 +111,7 @@ gang_status gang__pg_new(pg_world *w, const int *map, int size, int rank,
     gang__pg_hier_free(p->hier);
     pthread_cond_destroy(&p->cv);
     pthread_mutex_destroy(&p->mu);
+    gang__flight_free(p->flight);
     free(m);
     free(p);
     return st;
@@ -154,6 +164,14 @@ static void pg_abort(gang_t *g) {
     snprintf(why + n, sizeof why - (size_t)n, " (world rank %d)",
              p->map[g->rank]);
   gang__fabric_fail(p->w->fabric, GANG_ABORTED, why);
+  gang__pg_flight_failed(g, why);
+}
+
+void gang__pg_flight_failed(gang_t *g, const char *why) {
+  pg *p = g->impl;
+  if (p->flight == NULL || atomic_exchange(&p->w->flight_dumped, true))
+    return;
+  gang__flight_dump_world(p->w, why);
 }
 
 static void pg_destroy(gang_t *g) {
@@ -164,6 +182,7 @@ static void pg_destroy(gang_t *g) {
   gang__pg_p2p_cancel_all(g);
   gang__shm_chan_detach(p->chan);
   gang__pg_hier_free(p->hier);
+  gang__flight_free(p->flight);
   gang__pg_world_release(p->w);
   free(p->scratch[0]);
   free(p->scratch[1]);

@@ -29,6 +29,7 @@
 
 #include "algo/algo.h"
 #include "algo/select.h"
+#include "flight.h"
 #include "gang_impl.h"
 #include "gang/store.h"
 #include "transport/fabric.h"
@@ -51,6 +52,8 @@ typedef struct pg_world {
   int size;                  /* ranks in the world */
   atomic_bool diag_marked;   /* this rank's presence is in the store */
   atomic_bool diag_done;     /* ... and it is done with the store */
+  atomic_bool flight_dumped; /* its gangs' flight records were dumped */
+  char name[256];            /* the store address: the world's name */
   gang__fabric *fabric;
   gang__shm *shm;      /* this host's arena; NULL: no local peer or shm off */
   int *hosts;          /* world rank -> host index (NULL for a world of one) */
@@ -97,6 +100,7 @@ typedef struct pg {
   gang__shm_chan *chan;  /* every member on this host: collectives over shm */
   pg_hier *hier;         /* members on several hosts, some sharing one */
   _Atomic int last_algo; /* the algorithm of the last collective (tests) */
+  gang__flight *flight;  /* its recent calls (NULL: GANG_FLIGHT=0) */
 } pg;
 
 /* ---- pg.c ---- */
@@ -109,6 +113,10 @@ gang_status gang__pg_new(pg_world *w, const int *map, int size, int rank,
 
 /* Drops a reference to w; the last one frees it. */
 void gang__pg_world_release(pg_world *w);
+
+/* g's world failed (`why`): dumps the flight records of the world's gangs,
+ * the first time only; nothing when g records nothing. */
+void gang__pg_flight_failed(gang_t *g, const char *why);
 
 /* ---- pg_addr.c ---- */
 

@@ -30,6 +30,8 @@ gang_status gang__pg_post_p2p(gang_t *g, const gang__coll *c, gang_work *w) {
                       .len = c->count,
                       .owns_buf = !send};
   w->impl = s;
+  if (p->flight != NULL)
+    w->flight = gang__flight_post(p->flight, c, 0, GANG__FLIGHT_RUNNING);
   GANG_CHECK(gang__fabric_start(p->w->fabric, &s->x, 1, &s->grp, s->what));
   pthread_mutex_lock(&p->mu);
   TAILQ_INSERT_TAIL(&p->p2p, w, link);
@@ -51,6 +53,11 @@ static void p2p_done(pg *p, gang_work *w, gang_status st) {
   pthread_mutex_lock(&p->mu);
   forget(p, w);
   pthread_mutex_unlock(&p->mu);
+  if (p->flight != NULL) {
+    gang__flight_end(p->flight, w->flight, st, -1);
+    if (st != GANG_OK)
+      gang__pg_flight_failed(w->g, gang_last_error());
+  }
   gang__work_complete(w, st);
 }
 

@@ -24,6 +24,9 @@ static void run_one(gang_t *g, gang_work *w) {
    * One that ran and timed out, here or on a peer that told us, asks. */
   bool ran = gang__fabric_status(p->w->fabric, NULL, 0) == GANG_OK;
   gang_status st = gang__pg_execute(g, w);
+  if (p->flight != NULL)
+    gang__flight_end(p->flight, w->flight, st,
+                     atomic_load_explicit(&p->last_algo, memory_order_relaxed));
   /* Every path reduces MEAN as a SUM; the division happens once, here. */
   if (st == GANG_OK && c->op == GANG_MEAN &&
       (c->kind == GANG_COLL_ALL_REDUCE || c->kind == GANG_COLL_REDUCE_SCATTER))
@@ -40,6 +43,8 @@ static void run_one(gang_t *g, gang_work *w) {
     snprintf(why, sizeof why, "%s", gang_last_error());
     gang__fabric_fail(p->w->fabric, st, why);
   }
+  if (st != GANG_OK && p->flight != NULL)
+    gang__pg_flight_failed(g, gang_last_error());
   gang__work_complete(w, st);
 }
 
@@ -65,6 +70,8 @@ static bool drain(gang_t *g, gang_work *until) {
     TAILQ_REMOVE(&p->queue, w, link);
     atomic_fetch_sub(&p->queued, 1);
     pthread_mutex_unlock(&p->mu);
+    if (p->flight != NULL)
+      gang__flight_start(p->flight, w->flight);
     run_one(g, w);
     pthread_mutex_lock(&p->mu);
     atomic_store(&p->running, false);
@@ -104,6 +111,8 @@ gang_status gang__pg_post(gang_t *g, const gang__coll *c, gang_work *w) {
      * without the lock: its wait then finds it done (no deadline to
      * compute), which is most of a small collective's cost. */
     w->seq = next_seq(p);
+    if (p->flight != NULL)
+      w->flight = gang__flight_post(p->flight, c, w->seq, GANG__FLIGHT_RUNNING);
     run_one(g, w);
     /* Sequentially consistent with the queuing side (queued, then
      * running): either a work queued meanwhile is seen here and its
@@ -128,6 +137,8 @@ gang_status gang__pg_post(gang_t *g, const gang__coll *c, gang_work *w) {
   }
   atomic_fetch_add(&p->queued, 1);
   w->seq = next_seq(p);
+  if (p->flight != NULL)
+    w->flight = gang__flight_post(p->flight, c, w->seq, GANG__FLIGHT_POSTED);
   TAILQ_INSERT_TAIL(&p->queue, w, link);
   if (w->heap)
     pthread_cond_broadcast(&p->cv);

@@ -76,6 +76,7 @@ static gang_status create(const gang_options *opts, const char *store_addr,
   w->server = server;
   w->store_host = store_host;
   w->size = size;
+  snprintf(w->name, sizeof w->name, "%s", store_addr);
   atomic_init(&w->diag_marked, false);
   atomic_init(&w->diag_done, false);
   gang_status st;

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "gang/env.h"
+#include "gang/gang.h"
 #include "gang/store.h"
 
 static volatile sig_atomic_t got_term;
@@ -147,6 +148,46 @@ static int store_mode(int rank, int with_secret) {
   return rc;
 }
 
+/* A gang that records its calls (GANG_FLIGHT) and dumps them to
+ * $GR_DIR/flight.<rank>: three all_reduces, then the pid file, then it
+ * waits (10 s at most) for its dump, which only gangrun passing SIGUSR1
+ * on makes. Exits 0 when the dump came and the gang still works. */
+static int flight_mode(int rank) {
+  char prefix[4096], path[4200];
+  snprintf(prefix, sizeof prefix, "%s/flight.", getenv("GR_DIR"));
+  snprintf(path, sizeof path, "%s%d", prefix, rank);
+  setenv("GANG_FLIGHT", "8", 1);
+  setenv("GANG_FLIGHT_DUMP", prefix, 1);
+  gang_t *g = NULL;
+  if (gang_create_default(NULL, &g) != GANG_OK) {
+    printf("FLIGHT create: %s\n", gang_last_error());
+    return 1;
+  }
+  int32_t x = 1;
+  for (int k = 0; k < 3; k++)
+    if (gang_all_reduce(g, &x, 1, GANG_INT32, GANG_SUM) != GANG_OK)
+      return 1;
+  char pid[32];
+  snprintf(pid, sizeof pid, "%d\n", (int)getpid());
+  put_file("pid", rank, pid);
+  int got = 0;
+  for (int t = 0; t < 10000 && !got; t += 5) {
+    FILE *f = fopen(path, "r");
+    char line[512];
+    while (f != NULL && fgets(line, sizeof line, f) != NULL)
+      got |= strncmp(line, "gang-flight end ", 16) == 0;
+    if (f != NULL)
+      fclose(f);
+    if (!got)
+      usleep(5000);
+  }
+  gang_status st = gang_barrier(g);
+  gang_destroy(g);
+  printf("FLIGHT rank %d dump %s, barrier %s\n", rank, got ? "seen" : "absent",
+         gang_status_name(st));
+  return got && st == GANG_OK ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IONBF, 0);
   int rank = env_int("RANK");
@@ -229,6 +270,8 @@ int main(int argc, char **argv) {
     }
     return wait_mode(rank, 0);
   }
+  if (strcmp(mode, "flight") == 0)
+    return flight_mode(rank);
   if (strcmp(mode, "wait") == 0)
     return wait_mode(rank, argc > 2 && strcmp(argv[2], "ignore-term") == 0);
   if (strcmp(mode, "store") == 0)

@@ -494,6 +494,41 @@ static void test_signal_forwarding(void **state) {
   remove_dir(dir);
 }
 
+/* SIGUSR1 asks every worker for its flight record: gangrun passes it on
+ * and goes on, and so do the workers. */
+static void test_sigusr1_dumps_every_worker(void **state) {
+  (void)state;
+  char *dir = make_dir();
+  char *argv[] = {gangrun_path, "--standalone", "--nproc-per-node",
+                  "2",          GR_WORKER,      "flight",
+                  NULL};
+  int outfd;
+  pid_t gr = start(&outfd, dir, argv);
+  wait_pid_files(dir, 2, gr, outfd);
+  kill(gr, SIGUSR1);
+  int st = wait_for(gr, outfd);
+  char *out = slurp(outfd);
+  if (exit_code(st) != 0)
+    fail_msg("exit %d; output:\n%s", exit_code(st), out);
+  must_contain(out, "gangrun: got SIGUSR1, passing it on to the workers");
+  must_contain(out, "FLIGHT rank 0 dump seen, barrier OK");
+  must_contain(out, "FLIGHT rank 1 dump seen, barrier OK");
+  for (int r = 0; r < 2; r++) {
+    char p[4096];
+    snprintf(p, sizeof p, "%s/flight.%d", dir, r);
+    int fd = open(p, O_RDONLY);
+    assert_true(fd >= 0);
+    char *dump = slurp(fd);
+    close(fd);
+    must_contain(dump, "reason=SIGUSR1");
+    must_contain(dump, " seq=3 call=all_reduce count=1 dtype=int32 op=sum");
+    free(dump);
+  }
+  free(out);
+  close(outfd);
+  remove_dir(dir);
+}
+
 /* gangrun killed outright: its workers die with it (PR_SET_PDEATHSIG). */
 static void test_no_orphans_on_sigkill(void **state) {
   (void)state;
@@ -774,11 +809,17 @@ int main(void) {
   for (size_t i = 0; i < sizeof clear / sizeof clear[0]; i++)
     unsetenv(clear[i]);
   const struct CMUnitTest tests[] = {
-      GT_TEST(test_env_seen),          GT_TEST(test_output_prefix),
-      GT_TEST(test_failure),           GT_TEST(test_term_grace),
-      GT_TEST(test_signal_forwarding), GT_TEST(test_no_orphans_on_sigkill),
-      GT_TEST(test_restarts),          GT_TEST(test_store),
-      GT_TEST(test_replica_groups),    GT_TEST(test_bad_flags),
+      GT_TEST(test_env_seen),
+      GT_TEST(test_output_prefix),
+      GT_TEST(test_failure),
+      GT_TEST(test_term_grace),
+      GT_TEST(test_signal_forwarding),
+      GT_TEST(test_sigusr1_dumps_every_worker),
+      GT_TEST(test_no_orphans_on_sigkill),
+      GT_TEST(test_restarts),
+      GT_TEST(test_store),
+      GT_TEST(test_replica_groups),
+      GT_TEST(test_bad_flags),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   free(gangrun_path);

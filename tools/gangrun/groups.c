@@ -5,9 +5,9 @@
  * hosts its group's store and restarts its group on its own
  * (--max-restarts), so a dead group comes back while the others train on.
  * The copies are exec'd, not forked: this process runs the lighthouse's
- * threads. It waits for every group, passes SIGINT, SIGTERM and SIGHUP on
- * to them, and exits 0 when every group did, else with the first failing
- * group's status. */
+ * threads. It waits for every group, passes SIGINT, SIGTERM, SIGHUP (and
+ * SIGUSR1, the flight recorder's dump) on to them, and exits 0 when every group
+ * did, else with the first failing group's status. */
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
@@ -136,7 +136,8 @@ int gr_run_replica_groups(const gr_options *o, char **argv, int sigfd) {
     while (read(sigfd, &si, sizeof si) == (ssize_t)sizeof si) {
       if (si.ssi_signo == SIGCHLD)
         continue;
-      got_signal = (int)si.ssi_signo;
+      if (si.ssi_signo != SIGUSR1) /* that one only asks for dumps */
+        got_signal = (int)si.ssi_signo;
       for (int k = 0; k < R; k++)
         if (pids[k] > 0)
           kill(pids[k], (int)si.ssi_signo);

@@ -290,6 +290,7 @@ int main(int argc, char **argv) {
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGHUP);
+  sigaddset(&set, SIGUSR1); /* passed on: the flight recorder's dump */
   sigprocmask(SIG_BLOCK, &set, NULL);
   signal(SIGPIPE, SIG_IGN);
   int sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);

@@ -5,8 +5,8 @@
  * the group also reaches whatever the worker started) with
  * PR_SET_PDEATHSIG=SIGKILL (so a gangrun killed with SIGKILL does not leave
  * workers behind). Its stdout and stderr are pipes; gangrun polls them
- * together with a signalfd for SIGCHLD/SIGINT/SIGTERM/SIGHUP, so one thread
- * sees output, exits and signals in order and never races a handler.
+ * together with a signalfd for SIGCHLD/SIGINT/SIGTERM/SIGHUP/SIGUSR1, so one
+ * thread sees output, exits and signals in order and never races a handler.
  *
  * Output is relayed a whole line at a time with one write() per line, each
  * prefixed "[rankN]:", so lines of different ranks never mix; a line longer
@@ -359,6 +359,12 @@ int gr_run_group(const gr_options *o, int attempt, const char *path,
       int sig = (int)si.ssi_signo;
       if (sig == SIGCHLD) {
         reap = true;
+      } else if (sig == SIGUSR1) {
+        /* Asks each worker for its flight record (GANG_FLIGHT); the
+         * workers go on. */
+        fprintf(stderr, "gangrun: got SIGUSR1, passing it on to the workers "
+                        "(flight recorder dumps)\n");
+        signal_alive(ws, n, SIGUSR1);
       } else if (res->signal == 0) {
         res->signal = sig;
         fprintf(stderr,
