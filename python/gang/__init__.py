@@ -26,6 +26,7 @@ from ._gang import (
     PeerLostError,
     ProtocolError,
     Work,
+    flight_dump,
     world_info,
 )
 from ._topology import (
@@ -78,6 +79,7 @@ __all__ = [
     "get_default_device",
     "get_world_gang",
     "world_info",
+    "flight_dump",
     "GangError",
     "InProgressError",
     "InvalidArgumentError",

@@ -146,6 +146,20 @@ static PyObject *py_last_error(PyObject *mod, PyObject *noargs) {
   return PyUnicode_FromString(gang_last_error());
 }
 
+/* flight_dump(reason=None): gang_flight_dump. */
+static PyObject *py_flight_dump(PyObject *mod, PyObject *args) {
+  (void)mod;
+  const char *reason = NULL;
+  if (!PyArg_ParseTuple(args, "|z:flight_dump", &reason))
+    return NULL;
+  PyThreadState *nogil = PyEval_SaveThread();
+  gang_status st = gang_flight_dump(reason);
+  PyEval_RestoreThread(nogil);
+  if (st != GANG_OK)
+    return gpy_raise(st, "gang_flight_dump");
+  Py_RETURN_NONE;
+}
+
 /* _error(status, detail) -> the exception instance (not raised). */
 static PyObject *py_error(PyObject *mod, PyObject *args) {
   (void)mod;
@@ -162,6 +176,10 @@ static PyMethodDef module_methods[] = {
     {"world_info", py_world_info, METH_NOARGS,
      "world_info() -> dict: gang_world_info_from_env()."},
     {"strerror", py_strerror, METH_O, "strerror(status) -> str."},
+    {"flight_dump", py_flight_dump, METH_VARARGS,
+     "flight_dump(reason=None): writes every gang's flight record "
+     "(GANG_FLIGHT) to GANG_FLIGHT_DUMP<rank> or the log; InvalidUsageError "
+     "when no gang records."},
     {"last_error", py_last_error, METH_NOARGS,
      "last_error() -> str: gang_last_error() of this thread."},
     {NULL, NULL, 0, NULL},

@@ -53,12 +53,12 @@ typedef struct pg_world {
   atomic_bool diag_marked;   /* this rank's presence is in the store */
   atomic_bool diag_done;     /* ... and it is done with the store */
   atomic_bool flight_dumped; /* its gangs' flight records were dumped */
-  char name[256];            /* the store address: the world's name */
   gang__fabric *fabric;
   gang__shm *shm;      /* this host's arena; NULL: no local peer or shm off */
   int *hosts;          /* world rank -> host index (NULL for a world of one) */
   bool shm_everywhere; /* every host's ranks share memory (or are alone) */
   algo_choice choice;  /* GANG_ALGO's overrides */
+  char name[256];      /* the store address: the world's name */
 } pg_world;
 
 /* A gang over several hosts, some with several of its members: all_reduce,

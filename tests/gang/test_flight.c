@@ -144,7 +144,8 @@ static void test_desync_names_the_missing_rank(void **state) {
   assert_non_null(strstr(out, "first difference: gang rank 3 (world rank 3) "
                               "never posted collective #21; its last is #20"));
   assert_non_null(strstr(out, "=>     21"));
-  assert_non_null(strstr(out, "SIGUSR1)"));
+  assert_non_null(strstr(out, "world rank 3, "));
+  assert_non_null(strstr(out, ": SIGUSR1\n"));
   free(out);
   /* Rank 3's dump came from SIGUSR1 and holds #5-#20 (16 kept). */
   char *s = slurp(f[3]);

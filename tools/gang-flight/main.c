@@ -308,6 +308,81 @@ static void describe_state(char *out, size_t cap, const call *c, int64_t now) {
 
 static int rows_shown = 12;
 
+/* One row per collective: the call, when every rank that posted it
+ * agrees, then each rank's state; where they differ, each rank's call. */
+#define CELL 96
+static void print_table(const gview *v, uint64_t first, uint64_t last,
+                        uint64_t at) {
+  size_t rows = (size_t)(last - first + 1), cols = (size_t)v->gsize + 1;
+  char(*cell)[CELL] = calloc(rows * cols, CELL);
+  size_t *width = calloc(cols, sizeof *width);
+  if (cell == NULL || width == NULL) {
+    fprintf(stderr, "gang-flight: out of memory\n");
+    exit(2);
+  }
+  for (size_t r = 0; r < rows; r++) {
+    uint64_t s = first + r;
+    const call *ref = NULL;
+    bool differ = false;
+    for (int k = 0; k < v->gsize; k++) {
+      const call *c = v->by_rank[k] ? find_seq(v->by_rank[k], s) : NULL;
+      if (c != NULL && ref != NULL && !same_call(ref, c))
+        differ = true;
+      if (c != NULL && ref == NULL)
+        ref = c;
+    }
+    char *head = cell[r * cols];
+    if (differ)
+      snprintf(head, CELL, "(ranks differ)");
+    else if (ref != NULL)
+      describe(head, CELL, ref);
+    for (int k = 0; k < v->gsize; k++) {
+      const grec *g = v->by_rank[k];
+      const call *c = g ? find_seq(g, s) : NULL;
+      char *o = cell[r * cols + (size_t)k + 1];
+      uint64_t lo = 0, hi = 0;
+      if (g == NULL) {
+        snprintf(o, CELL, "(no record)");
+      } else if (c != NULL) {
+        char d[160], st[32];
+        describe_state(st, sizeof st, c, g->dump_mono);
+        describe(d, sizeof d, c);
+        if (differ)
+          snprintf(o, CELL, "%.60s: %s", d, st);
+        else
+          snprintf(o, CELL, "%s", st);
+      } else if (seq_range(g, &lo, &hi) && s < lo) {
+        snprintf(o, CELL, "(out of its ring)");
+      } else {
+        snprintf(o, CELL, "- not posted");
+      }
+    }
+  }
+  for (size_t r = 0; r < rows; r++)
+    for (size_t k = 0; k < cols; k++)
+      if (strlen(cell[r * cols + k]) > width[k])
+        width[k] = strlen(cell[r * cols + k]);
+  if (width[0] < 4)
+    width[0] = 4;
+  char h[48];
+  printf("   %6s | %-*s", "#", (int)width[0], "call");
+  for (int k = 0; k < v->gsize; k++) {
+    snprintf(h, sizeof h, "rank %d", v->ranks[k]);
+    if (strlen(h) > width[k + 1])
+      width[k + 1] = strlen(h);
+    printf(" | %-*s", (int)width[k + 1], h);
+  }
+  printf("\n");
+  for (size_t r = 0; r < rows; r++) {
+    printf("%s %6" PRIu64, first + r == at ? "=>" : "  ", first + r);
+    for (size_t k = 0; k < cols; k++)
+      printf(" | %-*s", (int)width[k], cell[r * cols + k]);
+    printf("\n");
+  }
+  free(cell);
+  free(width);
+}
+
 /* Prints the gang and returns 0 if its ranks agree and finished. */
 static int compare(const gview *v) {
   printf("\ngang %016" PRIx64 " of world %s: %d ranks (world ranks", v->ctx,
@@ -409,37 +484,7 @@ static int compare(const gview *v) {
                            : 1;
   if (first_row < from)
     first_row = from;
-  printf("  %6s", "#");
-  for (int r = 0; r < v->gsize; r++) {
-    char h[48];
-    snprintf(h, sizeof h, "gang rank %d (world %d)", r, v->ranks[r]);
-    printf(" | %-44s", h);
-  }
-  printf("\n");
-  for (uint64_t s = first_row; s <= last_row; s++) {
-    printf("%s %6" PRIu64, s == at ? "=>" : "  ", s);
-    for (int r = 0; r < v->gsize; r++) {
-      const grec *g = v->by_rank[r];
-      const call *c = g ? find_seq(g, s) : NULL;
-      char cell[240] = "-";
-      if (g == NULL)
-        snprintf(cell, sizeof cell, "(no record)");
-      else if (c != NULL) {
-        char d[160], st[64];
-        describe(d, sizeof d, c);
-        describe_state(st, sizeof st, c, g->dump_mono);
-        snprintf(cell, sizeof cell, "%s, %s", d, st);
-      } else {
-        uint64_t lo = 0, hi = 0;
-        if (seq_range(g, &lo, &hi) && s < lo)
-          snprintf(cell, sizeof cell, "(out of its ring)");
-        else
-          snprintf(cell, sizeof cell, "- not posted");
-      }
-      printf(" | %-44s", cell);
-    }
-    printf("\n");
-  }
+  print_table(v, first_row, last_row, at);
   /* Sends and receives not finished. */
   for (int r = 0; r < v->gsize; r++) {
     const grec *g = v->by_rank[r];
@@ -535,12 +580,11 @@ int main(int argc, char **argv) {
                     "GANG_FLIGHT on the ranks)\n");
     return 2;
   }
-  printf("%zu dumps:", used);
+  printf("%zu dumps (the latest of each process):\n", used);
   for (size_t i = 0; i < ndumps; i++)
     if (latest(&dumps[i]))
-      printf(" rank %d (%s, pid %d: %.60s)", dumps[i].rank, dumps[i].host,
-             dumps[i].pid, dumps[i].reason);
-  printf("\n");
+      printf("  world rank %d, %s pid %d: %.160s\n", dumps[i].rank,
+             dumps[i].host, dumps[i].pid, dumps[i].reason);
   /* Each gang once: (world, ctx), in the order first seen. */
   int rc = 0;
   for (size_t i = 0; i < ndumps; i++) {
