@@ -447,7 +447,19 @@ int sc_hostile_frames(int port, size_t max_value, gang_store *st) {
   return cases;
 }
 
-void sc_hostile_slow(int port, gang_store *st) {
+static long rss_now_kib(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  long kb = -1;
+  while (f != NULL && fgets(line, sizeof line, f) != NULL)
+    if (sscanf(line, "VmRSS: %ld kB", &kb) == 1)
+      break;
+  if (f != NULL)
+    fclose(f);
+  return kb;
+}
+
+long sc_hostile_slow(int port, gang_store *st) {
   static char val[256 << 10];
   memset(val, 'v', sizeof val);
   assert_gang_ok(gang_store_set(st, "big", val, sizeof val));
@@ -464,16 +476,21 @@ void sc_hostile_slow(int port, gang_store *st) {
   for (int i = 0; i < 200; i++)
     if (!raw_request(fd, &r))
       break; /* the server stopped reading: that is the point */
-  /* 300 slow senders, each one byte into a frame. */
+  /* 300 slow senders, each one byte into the body of a frame that
+   * announces 512 KiB. */
+  long rss0 = rss_now_kib();
   int slow[300];
+  uint8_t head[6] = {0, 0, 8, 0, GANG_STORE_OP_GET, 0}; /* len 512 KiB */
   for (int i = 0; i < 300; i++) {
     slow[i] = sc_ready_conn(port);
-    assert_true(raw_send(slow[i], "\x10", 1));
+    assert_true(raw_send(slow[i], head, sizeof head));
   }
   for (int i = 0; i < 20; i++)
     sc_still_serving(st, i);
+  long grew = rss_now_kib() - rss0;
   for (int i = 0; i < 300; i++)
     close(slow[i]);
   close(fd);
   sc_still_serving(st, 99);
+  return grew;
 }

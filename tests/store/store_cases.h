@@ -42,8 +42,10 @@ void sc_still_serving(gang_store *good, int i);
 int sc_hostile_frames(int port, size_t max_value, gang_store *good);
 
 /* A reader that pipelines 200 gets of a 256 KiB value ("big", set through
- * `good`) and never reads, and 300 peers stuck one byte into a frame,
- * while `good` keeps working. */
-void sc_hostile_slow(int port, gang_store *good);
+ * `good`) and never reads, and 300 peers each stuck one byte into the body
+ * of a frame that announces 512 KiB, while `good` keeps working. Returns
+ * how much this process's RSS grew (KiB) while the 300 were connected: a
+ * server in this process must not allocate what a frame only announces. */
+long sc_hostile_slow(int port, gang_store *good);
 
 #endif
