@@ -235,10 +235,17 @@ static void *writer(void *arg) {
   gang_store *st;
   if (gang_store_connect(addr, &o, &st) != GANG_OK)
     return (void *)1;
-  /* The reader is parked before we write: wait for its key to be there in
-   * a bounded poll, then write. */
-  struct timespec ts = {0, 20 * 1000 * 1000};
-  nanosleep(&ts, NULL);
+  /* The reader is parked before we write (the server counts it), so the
+   * write is what wakes it; bounded at 5 s. */
+  int64_t t0 = gang__now_ns();
+  while (atomic_load(&w->srv->nparked) == 0 && elapsed_ms(t0) < 5000) {
+    struct timespec ts = {0, 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  if (atomic_load(&w->srv->nparked) == 0) {
+    gang_store_close(st);
+    return (void *)1;
+  }
   gang_status s = GANG_OK;
   int64_t v;
   const char *k[] = {"w1", "w2"};
