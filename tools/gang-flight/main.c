@@ -81,24 +81,28 @@ static bool field(const char *line, const char *k, char *out, size_t cap) {
   return true;
 }
 
-static bool field_i64(const char *line, const char *k, int64_t *v) {
+/* A numeric field: signed decimal (`sign`) or unsigned in `base`, the
+ * whole value or nothing. */
+static bool field_num(const char *line, const char *k, bool sign, int base,
+                      int64_t *i, uint64_t *u) {
   char b[40];
   if (!field(line, k, b, sizeof b))
     return false;
   char *end;
   errno = 0;
-  *v = strtoll(b, &end, 10);
+  if (sign)
+    *i = strtoll(b, &end, base);
+  else
+    *u = strtoull(b, &end, base);
   return errno == 0 && *end == '\0' && end != b;
 }
 
+static bool field_i64(const char *line, const char *k, int64_t *v) {
+  return field_num(line, k, true, 10, v, NULL);
+}
+
 static bool field_u64(const char *line, const char *k, uint64_t *v, int base) {
-  char b[40];
-  if (!field(line, k, b, sizeof b))
-    return false;
-  char *end;
-  errno = 0;
-  *v = strtoull(b, &end, base);
-  return errno == 0 && *end == '\0' && end != b;
+  return field_num(line, k, false, base, NULL, v);
 }
 
 static dump *find_dump(const char *id) {
