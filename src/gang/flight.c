@@ -186,8 +186,8 @@ static void start_thread(void) {
   while (sem_trywait(&wake) == 0) {
   }
   atomic_store(&stop_thread, false);
-  /* The thread must not take the signal itself while a dump runs in it:
-   * any thread may, and only posts the semaphore. */
+  /* Any thread may take the signal, this one too: the handler only posts
+   * the semaphore, and this thread writes the dump. */
   if (pthread_create(&dump_thread, NULL, dump_main, NULL) != 0) {
     GANG_WARN(COLL, "flight recorder: no thread for SIGUSR1 dumps");
     return;
@@ -414,9 +414,10 @@ gang_status gang_flight_dump(const char *reason) {
   pthread_mutex_unlock(&reg_mu);
   if (!any)
     return gang__error(GANG_INVALID_USAGE,
-                       "gang_flight_dump: no gang records its calls (set "
-                       "GANG_FLIGHT to how many each keeps, e.g. 2000, "
-                       "before creating the gang)");
+                       "gang_flight_dump: no gang of this process records "
+                       "its calls: none exists, or GANG_FLIGHT was 0 when "
+                       "they were created (set it to how many calls each "
+                       "keeps, e.g. GANG_FLIGHT=2000)");
   dump_all(NULL, reason != NULL && reason[0] ? reason : "gang_flight_dump");
   return GANG_OK;
 }

@@ -32,7 +32,12 @@ gang_status gang__pg_post_p2p(gang_t *g, const gang__coll *c, gang_work *w) {
   w->impl = s;
   if (p->flight != NULL)
     w->flight = gang__flight_post(p->flight, c, 0, GANG__FLIGHT_RUNNING);
-  GANG_CHECK(gang__fabric_start(p->w->fabric, &s->x, 1, &s->grp, s->what));
+  gang_status st = gang__fabric_start(p->w->fabric, &s->x, 1, &s->grp, s->what);
+  if (st != GANG_OK) {
+    if (p->flight != NULL)
+      gang__flight_end(p->flight, w->flight, st, -1);
+    return st;
+  }
   pthread_mutex_lock(&p->mu);
   TAILQ_INSERT_TAIL(&p->p2p, w, link);
   pthread_mutex_unlock(&p->mu);

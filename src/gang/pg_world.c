@@ -79,6 +79,7 @@ static gang_status create(const gang_options *opts, const char *store_addr,
   snprintf(w->name, sizeof w->name, "%s", store_addr);
   atomic_init(&w->diag_marked, false);
   atomic_init(&w->diag_done, false);
+  atomic_init(&w->flight_dumped, false);
   gang_status st;
   char host[INET6_ADDRSTRLEN] = "127.0.0.1";
   if (size > 1) {
