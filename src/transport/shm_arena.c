@@ -287,8 +287,9 @@ static gang_status arena_open(gang__shm *s, const char *where) {
   return GANG_OK;
 }
 
-/* Can this process read every other local rank's memory? */
-static bool cma_probe(gang__shm *s) {
+/* Can this process read every other local rank's memory? If not, says
+ * why in why[cap]. */
+static bool cma_probe(gang__shm *s, char *why, size_t cap) {
   for (int i = 0; i < s->n; i++) {
     if (i == s->local)
       continue;
@@ -297,10 +298,9 @@ static bool cma_probe(gang__shm *s) {
                  r = {(void *)(uintptr_t)s->h->probe[i], sizeof v};
     ssize_t got = process_vm_readv(s->h->pid[i], &l, 1, &r, 1, 0);
     if (got != (ssize_t)sizeof v || v != ARENA_MAGIC) {
-      GANG_INFO(SHM,
-                "single copy off: process_vm_readv from local rank %d (pid "
-                "%d) %s",
-                i, s->h->pid[i], got < 0 ? strerror(errno) : "read wrong data");
+      snprintf(why, cap, "process_vm_readv from local rank %d (pid %d) %s", i,
+               s->h->pid[i], got < 0 ? strerror(errno) : "read wrong data");
+      GANG_INFO(SHM, "single copy off: %s", why);
       return false;
     }
   }
@@ -436,15 +436,31 @@ static gang_status create_local(gang_store *store, int rank, int size,
    * algorithms: every rank must choose the same. Every rank computes room
    * from the same masks, noted before the round above. */
   enum { AGREE_CMA = 1, AGREE_ROOMY = 2, AGREE_FORCED = 4 };
-  unsigned flags = (want_cma && cma_probe(s) ? AGREE_CMA : 0) |
-                   (n <= cpus_between(s->h, n) ? AGREE_ROOMY : 0) |
-                   (force_cma ? AGREE_FORCED : 0);
+  char refused[160] = "";
+  unsigned flags =
+      (want_cma && cma_probe(s, refused, sizeof refused) ? AGREE_CMA : 0) |
+      (n <= cpus_between(s->h, n) ? AGREE_ROOMY : 0) |
+      (force_cma ? AGREE_FORCED : 0);
   unsigned agreed = 0;
   GANG_CHECK_GOTO(agree_flags(store, "shm/algo", rank, all, n, flags, &agreed),
                   st, done);
   s->cma = agreed & AGREE_CMA;
   s->oversubscribed = !(agreed & AGREE_ROOMY);
   s->cma_oversubscribed = s->cma && (agreed & AGREE_FORCED);
+  /* Asked for by name, refused by the kernel (a container's seccomp
+   * profile or ptrace rules, a rank made non-dumpable): the gang still
+   * works, staged, so this is no error, but the user who set it should
+   * not have to find out from the bandwidth. */
+  if (force_cma && !s->cma)
+    GANG_WARN(SHM,
+              "GANG_SHM_CMA=%s asks for single copy, but %s: large transfers "
+              "between this host's ranks are staged",
+              gang__setting_str(GANG_SETTING_SHM_CMA),
+              refused[0] != '\0'
+                  ? refused
+                  : "another rank of this host did not allow it (it sets "
+                    "GANG_SHM_CMA=0, or its process_vm_readv of a peer "
+                    "failed)");
   s->local_of = local_of;
   local_of = NULL;
   gang__fabric_set_fail_hook(fabric, on_fabric_fail, s);
