@@ -12,6 +12,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <ifaddrs.h>
+#include <linux/capability.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -21,8 +22,10 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 
@@ -44,6 +47,16 @@ static double now_s(void) {
 
 static gang_t *join(int rank, int size, int64_t timeout_ms) {
   return gt_join("faults", g_round, rank, size, timeout_ms, 0);
+}
+
+/* Whether the gang's last collective ran algorithm `want` (names of
+ * src/algo/select.h); says what ran otherwise. */
+static bool is_algo(gang_t *g, const char *want) {
+  const char *ran = gang__pg_last_algo(g);
+  if (strcmp(ran, want) == 0)
+    return true;
+  fprintf(stderr, "ran %s, not %s\n", ran, want);
+  return false;
 }
 
 /* Writes the n low bytes of v little-endian (hand-made fabric frames). */
@@ -85,8 +98,9 @@ static void reduce_forever(gang_t *g, int ready_fd) {
       _exit(3);
 }
 
+/* arg: the algorithm the survivors' all_reduces must run (a transport
+ * that quietly fell back to another would test something else). */
 static int kill_rank(int rank, int size, void *arg) {
-  (void)arg;
   if (rank == size - 1) {
     pid_t v = spawn_victim(rank, size, reduce_forever, 120000);
     /* Let the all_reduce get going, then kill it mid-transfer. */
@@ -108,8 +122,9 @@ static int kill_rank(int rank, int size, void *arg) {
     st = gang_all_reduce(g, buf, BIG, GANG_FLOAT32, GANG_SUM);
   }
   double took = now_s() - t0;
-  fprintf(stderr, "rank %d: %s after %.3f s: %s\n", rank, gang_status_name(st),
-          took, gang_last_error());
+  fprintf(stderr, "rank %d: %s after %.3f s (%s): %s\n", rank,
+          gang_status_name(st), took, gang__pg_last_algo(g), gang_last_error());
+  RCHECK(is_algo(g, (const char *)arg));
   RCHECK(st == GANG_PEER_LOST);
   /* From the connection, not the 120 s deadline. */
   RCHECK(took < 10.0);
@@ -134,7 +149,7 @@ static void test_kill9_during_all_reduce(void **state) {
   (void)state;
   setenv("GANG_SHM_CMA", "1", 1);
   g_round++;
-  int rc = gt_run_ranks(4, kill_rank, NULL, 120000);
+  int rc = gt_run_ranks(4, kill_rank, "single_copy", 120000);
   unsetenv("GANG_SHM_CMA");
   assert_int_equal(rc, 0);
 }
@@ -145,7 +160,7 @@ static void test_kill9_during_staged_all_reduce(void **state) {
   (void)state;
   setenv("GANG_SHM_CMA", "0", 1);
   g_round++;
-  int rc = gt_run_ranks(4, kill_rank, NULL, 120000);
+  int rc = gt_run_ranks(4, kill_rank, "staged", 120000);
   unsetenv("GANG_SHM_CMA");
   assert_int_equal(rc, 0);
 }
@@ -154,7 +169,7 @@ static void test_kill9_during_tcp_all_reduce(void **state) {
   (void)state;
   setenv("GANG_SHM_DISABLE", "1", 1);
   g_round++;
-  int rc = gt_run_ranks(4, kill_rank, NULL, 120000);
+  int rc = gt_run_ranks(4, kill_rank, "ring", 120000);
   unsetenv("GANG_SHM_DISABLE");
   assert_int_equal(rc, 0);
 }
@@ -807,6 +822,70 @@ static void test_bad_shm_cma_setting(void **state) {
   assert_int_equal(rc, 0);
 }
 
+/* ---- Single copy forced where the kernel refuses it -------------------- */
+
+/* Drops CAP_SYS_PTRACE from this process's effective set (root has it,
+ * and with it reads any process's memory). */
+static void drop_ptrace_capability(void) {
+  struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+  struct __user_cap_data_struct d[2];
+  RCHECK(syscall(SYS_capget, &h, d) == 0);
+  d[CAP_SYS_PTRACE / 32].effective &= ~(1u << (CAP_SYS_PTRACE % 32));
+  RCHECK(syscall(SYS_capset, &h, d) == 0);
+}
+
+/* With GANG_SHM_CMA=1 on both ranks, rank 1 makes itself non-dumpable
+ * while the gang is made and rank 0 gives up CAP_SYS_PTRACE, so rank 0's
+ * probe of rank 1 is refused as a container's ptrace rules would refuse
+ * it. The gang must still work, staged, and both ranks must say so with
+ * a warning (rank 0 with the failed read's reason): the setting asked for
+ * single copy by name. Each rank reads its own stderr back from a memfd
+ * it put there while the gang was made. */
+static int refused_rank(int rank, int size, void *arg) {
+  (void)arg;
+  if (rank == 0)
+    drop_ptrace_capability();
+  else
+    RCHECK(prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0);
+  int log = memfd_create("stderr", MFD_CLOEXEC), saved = dup(2);
+  RCHECK(log >= 0 && saved >= 0 && dup2(log, 2) == 2);
+  gang_t *g = join(rank, size, 20000);
+  RCHECK(dup2(saved, 2) == 2);
+  close(saved);
+  if (rank == 1)
+    RCHECK(prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) == 0);
+  char said[4096] = "";
+  ssize_t got = pread(log, said, sizeof said - 1, 0);
+  close(log);
+  RCHECK(got >= 0);
+  said[got] = '\0';
+  fprintf(stderr, "rank %d said while joining: %s\n", rank, said);
+  RCHECK(strstr(said, "GANG_SHM_CMA=1 asks for single copy, but") != NULL);
+  if (rank == 0)
+    RCHECK(strstr(said, "process_vm_readv from local rank 1") != NULL);
+  size_t n = (size_t)1 << 18; /* floats: 1 MiB */
+  float *a = malloc(n * sizeof *a);
+  RCHECK(a != NULL);
+  for (size_t i = 0; i < n; i++)
+    a[i] = rank == 0 ? (float)(i % 1009) : -1.0f;
+  RCHECK_OK(gang_broadcast(g, a, n, GANG_FLOAT32, 0));
+  RCHECK(is_algo(g, "staged"));
+  for (size_t i = 0; i < n; i++)
+    RCHECK(a[i] == (float)(i % 1009));
+  free(a);
+  gang_destroy(g);
+  return 0;
+}
+
+static void test_forced_single_copy_refused(void **state) {
+  (void)state;
+  setenv("GANG_SHM_CMA", "1", 1);
+  g_round++;
+  int rc = gt_run_ranks(2, refused_rank, NULL, 60000);
+  unsetenv("GANG_SHM_CMA");
+  assert_int_equal(rc, 0);
+}
+
 static void test_bad_tcp_congestion_setting(void **state) {
   (void)state;
   const char *bad[] = {"no-such-cc", "a-name-longer-than-sixteen"};
@@ -946,9 +1025,14 @@ static void test_congestion_control_on_this_host(void **state) {
  * oversubscribed where rank 1 does not; rank 1 alone forces single copy.
  * Both choose algorithms from these, so they must agree (through the
  * store) or their steps would not line up: large broadcast, all_gather
- * and reduce_scatter, checked. */
+ * and reduce_scatter, checked. They agree on single copy where the two
+ * ranks have two CPUs between them (the probe allows it and nobody is
+ * oversubscribed), which must be what ran: staged copies on both ranks
+ * would pass without testing the agreement. arg: the algorithms that
+ * must run, the broadcast's (two_ends: single copy between two members)
+ * and the others' (single_copy); staged on a single CPU. */
 static int cpus_rank(int rank, int size, void *arg) {
-  (void)arg;
+  const char *const *want = arg; /* broadcast, the others */
   if (rank == 0) {
     cpu_set_t one;
     CPU_ZERO(&one);
@@ -964,17 +1048,20 @@ static int cpus_rank(int rank, int size, void *arg) {
   for (size_t i = 0; i < n; i++)
     a[i] = rank == 0 ? (float)(i % 1000) : -1.0f;
   RCHECK_OK(gang_broadcast(g, a, n, GANG_FLOAT32, 0));
+  RCHECK(is_algo(g, want[0]));
   for (size_t i = 0; i < n; i++)
     RCHECK(a[i] == (float)(i % 1000));
   for (size_t i = 0; i < n; i++)
     a[i] = (float)(rank * 7 + (int)(i % 5));
   RCHECK_OK(gang_all_gather(g, all, a, n, GANG_FLOAT32));
+  RCHECK(is_algo(g, want[1]));
   for (int q = 0; q < 2; q++)
     for (size_t i = 0; i < n; i++)
       RCHECK(all[(size_t)q * n + i] == (float)(q * 7 + (int)(i % 5)));
   for (size_t i = 0; i < 2 * n; i++)
     all[i] = (float)(rank + (int)(i % 3));
   RCHECK_OK(gang_reduce_scatter(g, a, all, n, GANG_FLOAT32, GANG_SUM));
+  RCHECK(is_algo(g, want[1]));
   for (size_t i = 0; i < n; i++)
     RCHECK(a[i] == (float)(1 + 2 * (int)(((size_t)rank * n + i) % 3)));
   free(a);
@@ -985,8 +1072,13 @@ static int cpus_rank(int rank, int size, void *arg) {
 
 static void test_ranks_that_count_cpus_differently(void **state) {
   (void)state;
+  cpu_set_t mine;
+  assert_int_equal(sched_getaffinity(0, sizeof mine, &mine), 0);
+  static const char *const single[] = {"two_ends", "single_copy"};
+  static const char *const staged[] = {"staged", "staged"};
+  const char *const *want = CPU_COUNT(&mine) >= 2 ? single : staged;
   g_round++;
-  assert_int_equal(gt_run_ranks(2, cpus_rank, NULL, 60000), 0);
+  assert_int_equal(gt_run_ranks(2, cpus_rank, (void *)want, 60000), 0);
 }
 
 int main(void) {
@@ -1007,6 +1099,7 @@ int main(void) {
       GT_TEST(test_garbage_from_peer),
       GT_TEST(test_padded_frame_in_two_parts),
       GT_TEST(test_bad_shm_cma_setting),
+      GT_TEST(test_forced_single_copy_refused),
       GT_TEST(test_bad_tcp_congestion_setting),
       GT_TEST(test_congestion_control_on_this_host),
       GT_TEST(test_ranks_that_count_cpus_differently),
