@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -259,6 +260,86 @@ int gt_run_cmd(char *const argv[], char *const envp[], char **output,
     *output = slurp_fd(fd);
   close(fd);
   return status;
+}
+
+bool gt_required(const char *var, const char *item) {
+  const char *v = getenv(var);
+  if (v == NULL || *v == '\0')
+    return false;
+  if (strcmp(v, "1") == 0)
+    return true;
+  size_t n = strlen(item);
+  for (const char *p = v; *p;) {
+    size_t len = strcspn(p, ",");
+    if (len == n && strncmp(p, item, n) == 0)
+      return true;
+    p += len;
+    if (*p == ',')
+      p++;
+  }
+  return false;
+}
+
+int gt_cannot_run(bool required, const char *var, const char *fmt, ...) {
+  char why[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(why, sizeof why, fmt, ap);
+  va_end(ap);
+  if (required)
+    printf("FAIL (%s=%s): %s\n", var, getenv(var), why);
+  else
+    printf("SKIP: %s\n", why);
+  fflush(stdout);
+  return required ? 1 : 77;
+}
+
+/* Runs `ip` with the given arguments; on failure says what it printed. */
+static int run_ip(const char *ip, const char *args, char *why, size_t cap) {
+  char buf[256], *argv[16];
+  int n = 0;
+  snprintf(buf, sizeof buf, "%s", args);
+  argv[n++] = (char *)ip;
+  for (char *save = NULL, *t = strtok_r(buf, " ", &save); t != NULL && n < 15;
+       t = strtok_r(NULL, " ", &save))
+    argv[n++] = t;
+  argv[n] = NULL;
+  char *out = NULL;
+  int st = gt_run_cmd(argv, NULL, &out, 10000);
+  if (st != 0)
+    snprintf(why, cap, "ip %s: status %d: %s", args, st, out ? out : "");
+  free(out);
+  return st == 0 ? 0 : -1;
+}
+
+int gt_private_netns(char *why, size_t cap) {
+  static const char *const where[] = {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip",
+                                      "/bin/ip"};
+  const char *ip = NULL;
+  for (size_t i = 0; i < sizeof where / sizeof where[0] && ip == NULL; i++)
+    if (access(where[i], X_OK) == 0)
+      ip = where[i];
+  if (ip == NULL) {
+    snprintf(why, cap, "no ip command (iproute2)");
+    return -1;
+  }
+  if (unshare(CLONE_NEWNET) != 0) {
+    snprintf(why, cap, "cannot make a network namespace: unshare: %s",
+             strerror(errno));
+    return -1;
+  }
+  static const char *const steps[] = {
+      "link set lo up",
+      "link add gangt0 type veth peer name gangt1",
+      "addr add 198.18.0.1/24 dev gangt0",
+      "addr add 198.18.1.1/24 dev gangt1",
+      "link set gangt0 up",
+      "link set gangt1 up",
+  };
+  for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++)
+    if (run_ip(ip, steps[i], why, cap) != 0)
+      return -1;
+  return 0;
 }
 
 char *gt_tool_path(const char *name) {

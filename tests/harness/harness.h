@@ -23,6 +23,7 @@
 
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -93,6 +94,33 @@ int gt_store_port(void);
 struct gang;
 struct gang *gt_join(const char *ns, int round, int rank, int size,
                      int64_t timeout_ms, int check);
+
+/* ---- Tests that cannot run everywhere --------------------------------
+ * A test that needs what a machine may lack (root, a kernel module, a CPU
+ * feature) is a ctest entry of its own with SKIP_RETURN_CODE 77, so a
+ * skip shows in ctest's summary instead of passing. Where the suite's
+ * claims rest on it, scripts/test.sh sets a GANG_TEST_REQUIRE_* variable
+ * wherever it can be met, and a skip under it is a failure. */
+
+/* Whether environment variable `var` requires `item`: it is "1", or a
+ * comma list naming item. */
+bool gt_required(const char *var, const char *item);
+
+/* The exit status of a test that cannot run here: prints "SKIP: <why>"
+ * and returns 77, or, when `required`, prints a FAIL line naming `var`
+ * and returns 1. */
+int gt_cannot_run(bool required, const char *var, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Moves this process into a network namespace of its own, with lo up and
+ * two non-loopback interfaces nobody else sees: a veth pair gangt0
+ * (198.18.0.1/24) and gangt1 (198.18.1.1/24), both up. Needs root (to
+ * unshare and configure the namespace) and iproute2's ip. Call it before
+ * the process starts threads or children: what it starts afterwards
+ * shares the namespace, and the namespace with its interfaces vanishes
+ * with the last process in it, on every exit path. Returns 0, or -1 with
+ * the reason in why[cap]. */
+int gt_private_netns(char *why, size_t cap);
 
 int gt_count_fds(void);
 /* Mappings of a shared-memory arena (memfd "gang-shm") in this process. */

@@ -1,12 +1,25 @@
 /* GANG_SOCKET_IFNAME: NCCL's interface list syntax (table-driven), the
  * choice of an address among this machine's interfaces, and a 2-rank gang
- * that listens on the loopback interface chosen by name. */
+ * that listens on the loopback interface chosen by name.
+ *
+ * With --own-netns (ctest: test_ifname_netns) the test moves into a
+ * network namespace of its own with two non-loopback interfaces
+ * (gt_private_netns) and checks that ranks publish, listen on and connect
+ * to the address of the interface the setting names, not the loopback
+ * address that reaches the store. It needs root; otherwise it is skipped
+ * (77), or fails under GANG_TEST_REQUIRE_NETNS=1. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "harness/harness.h"
 
 #include "gang/gang.h"
+#include "gang/store.h"
+#include "pg.h"
+#include "transport/fabric.h"
 #include "transport/ifname.h"
 
 static void test_match_table(void **state) {
@@ -107,7 +120,96 @@ static void test_gang_on_lo(void **state) {
   assert_int_equal(rc2, 0);
 }
 
-int main(void) {
+/* ---- A non-loopback interface, by name --------------------------------- */
+
+typedef struct ifcase {
+  const char *spec; /* GANG_SOCKET_IFNAME */
+  const char *addr; /* the address of the interface it names */
+  int round;
+} ifcase;
+
+/* The numeric address of a socket's own end (peer 0) or the far end. */
+static void sock_addr(int fd, int peer, char *out, size_t cap) {
+  struct sockaddr_storage ss;
+  socklen_t len = sizeof ss;
+  int rc = peer ? getpeername(fd, (struct sockaddr *)&ss, &len)
+                : getsockname(fd, (struct sockaddr *)&ss, &len);
+  RCHECK(rc == 0 && ss.ss_family == AF_INET);
+  RCHECK(inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, out,
+                   (socklen_t)cap) != NULL);
+}
+
+static int nonlo_rank(int rank, int size, void *arg) {
+  const ifcase *c = arg;
+  gang_t *g = gt_join("ifname-nonlo", c->round, rank, size, 60000, 0);
+  /* What every rank published for its peers to connect to. */
+  char addr[160];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d/ifname-nonlo%d", gt_store_port(),
+           c->round);
+  gang_store *st = NULL;
+  RCHECK_OK(gang_store_connect(addr, NULL, &st));
+  char want[64];
+  snprintf(want, sizeof want, "%s:", c->addr);
+  for (int q = 0; q < size; q++) {
+    char key[32];
+    snprintf(key, sizeof key, "fabric/addr/%d", q);
+    void *v = NULL;
+    size_t n = 0;
+    RCHECK_OK(gang_store_get(st, key, &v, &n));
+    fprintf(stderr, "%s: rank %d published %.*s\n", c->spec, q, (int)n,
+            (const char *)v);
+    RCHECK(n > strlen(want) && memcmp(v, want, strlen(want)) == 0);
+    gang_store_free(v);
+  }
+  gang_store_close(st);
+  /* And the connection between the ranks runs between those addresses. */
+  int fd = gang__fabric_peer_fd(gang__pg_fabric(g), 1 - rank);
+  RCHECK(fd >= 0);
+  char mine[64], theirs[64];
+  sock_addr(fd, 0, mine, sizeof mine);
+  sock_addr(fd, 1, theirs, sizeof theirs);
+  fprintf(stderr, "%s: rank %d's connection: %s to %s\n", c->spec, rank, mine,
+          theirs);
+  RCHECK(strcmp(mine, c->addr) == 0 && strcmp(theirs, c->addr) == 0);
+  float v[4] = {1, 2, 3, (float)rank};
+  RCHECK_OK(gang_all_reduce(g, v, 4, GANG_FLOAT32, GANG_SUM));
+  RCHECK(v[0] == 2 && v[3] == 1);
+  gang_destroy(g);
+  return 0;
+}
+
+/* The store listens on 127.0.0.1, which is the address that routes to it:
+ * without the setting, that is what ranks publish. gangt0 and gangt1 come
+ * in an order of the kernel's, so each is named, by prefix, by exact name
+ * and by excluding the others. */
+static void test_nonloopback_interface(void **state) {
+  (void)state;
+  ifcase cases[] = {
+      {"gangt1", "198.18.1.1", 0},
+      {"=gangt0", "198.18.0.1", 0},
+      {"^lo,gangt1", "198.18.0.1", 0},
+      {"^=lo,gangt0", "198.18.1.1", 0},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    cases[i].round = (int)i;
+    setenv("GANG_SOCKET_IFNAME", cases[i].spec, 1);
+    int rc = gt_run_ranks(2, nonlo_rank, &cases[i], 60000);
+    unsetenv("GANG_SOCKET_IFNAME");
+    if (rc != 0)
+      fail_msg("GANG_SOCKET_IFNAME=%s", cases[i].spec);
+  }
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "--own-netns") == 0) {
+    char why[512];
+    if (gt_private_netns(why, sizeof why) != 0)
+      return gt_cannot_run(gt_required("GANG_TEST_REQUIRE_NETNS", "ifname"),
+                           "GANG_TEST_REQUIRE_NETNS", "%s", why);
+    const struct CMUnitTest own[] = {GT_TEST(test_nonloopback_interface)};
+    return cmocka_run_group_tests(own, gt_store_group_setup,
+                                  gt_store_group_teardown);
+  }
   const struct CMUnitTest tests[] = {
       GT_TEST(test_match_table),
       GT_TEST(test_addr),
