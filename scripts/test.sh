@@ -24,14 +24,45 @@ cmake --build build/asan -j "$jobs"
 cmake -S . -B build/tsan -DCMAKE_BUILD_TYPE=Debug -DGANG_SANITIZE=thread -DGANG_BUILD_TESTS=ON -DGANG_PYTHON=OFF >/dev/null
 cmake --build build/tsan -j "$jobs"
 
-# As root the two-host test (network namespaces) must run, not skip: it
-# holds the only checks of the hierarchical path across hosts. Elsewhere
-# it is skipped, and ctest lists it among the tests that did not run.
+# Tests that need what a machine may lack are ctest entries of their own
+# that exit 77 when they cannot run, which ctest lists among the tests
+# that did not run. Where they can run here they are required: a skip is
+# then a failure.
+#
+# As root the tests that make network namespaces must run: the two-host
+# test holds the only checks of the hierarchical path across hosts,
+# test_ifname_netns the only one of GANG_SOCKET_IFNAME choosing a
+# non-loopback interface, test_pg_faults_own_address the congestion
+# control of ranks on a host's own non-loopback address.
 if [ "$(id -u)" = 0 ]; then
   export GANG_TEST_REQUIRE_NETNS=1
 else
-  echo "scripts/test.sh: not root: test_netns_hosts will be skipped"
+  echo "scripts/test.sh: not root: test_netns_hosts, test_ifname_netns" \
+    "(and test_pg_faults_own_address without a non-loopback interface)" \
+    "will be skipped"
 fi
+# Congestion controls the fabric sets by name (test_pg_faults_cc_*):
+# required where this user may set them, which for root is every one the
+# kernel has (bbr may be a module: loaded if it can be), for others those
+# net.ipv4.tcp_allowed_congestion_control lists.
+ccdir=/proc/sys/net/ipv4
+if [ "$(id -u)" = 0 ]; then
+  grep -qw bbr $ccdir/tcp_available_congestion_control 2>/dev/null ||
+    modprobe tcp_bbr 2>/dev/null || true
+  settable=$(cat $ccdir/tcp_available_congestion_control 2>/dev/null || true)
+else
+  settable=$(cat $ccdir/tcp_allowed_congestion_control 2>/dev/null || true)
+fi
+GANG_TEST_REQUIRE_CC=""
+for cc in cubic bbr; do
+  if printf ' %s ' "$settable" | grep -q " $cc "; then
+    GANG_TEST_REQUIRE_CC="$GANG_TEST_REQUIRE_CC${GANG_TEST_REQUIRE_CC:+,}$cc"
+  else
+    echo "scripts/test.sh: congestion control $cc cannot be set here:" \
+      "test_pg_faults_cc_$cc will be skipped"
+  fi
+done
+export GANG_TEST_REQUIRE_CC
 
 # halt_on_error keeps a sanitizer finding from scrolling past as a pass.
 export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:abort_on_error=0"
