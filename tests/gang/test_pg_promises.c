@@ -6,7 +6,11 @@
  *     arrived; its next call fails);
  *   - failures are shared by a world: when one rank aborts the world, a
  *     sub-gang that rank is not even a member of fails on the other ranks,
- *     at once. */
+ *     at once;
+ *   - a receive must name the message's exact length (docs/gang.md): one
+ *     shorter or longer is GANG_MISMATCH on both ranks, naming both
+ *     lengths, and nothing is written into the receive's buffer. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -130,10 +134,86 @@ static void test_world_failure_reaches_every_sub_gang(void **state) {
   assert_int_equal(gt_run_ranks(3, world_rank, NULL, 60000), 0);
 }
 
+/* ---- A receive of the wrong length -------------------------------------- */
+
+typedef struct wrong_len {
+  size_t len; /* the receive's; the message has 100 bytes */
+  bool early; /* the message arrives before the receive is posted */
+} wrong_len;
+
+/* Rank 0 sends 100 bytes with tag 1, then 4 with tag 2. Posted first:
+ * rank 1 posts its receive of the wrong length, and rank 0 sends once the
+ * store says so, so the frame finds the receive. Early: rank 1 first
+ * receives tag 2, which reads tag 1's frame off the connection before it
+ * (TCP keeps their order), and only then posts tag 1's receive. */
+static int wrong_len_rank(int rank, int size, void *arg) {
+  const wrong_len *c = arg;
+  gang_t *g = gt_join("wronglen", g_round, rank, size, 30000, 0);
+  gang_store *st = ctl();
+  unsigned char msg[128], small[4] = {1, 2, 3, 4};
+  gang_status s;
+  if (rank == 0) {
+    for (size_t i = 0; i < sizeof msg; i++)
+      msg[i] = (unsigned char)(i * 7 + 1);
+    if (!c->early)
+      wait_key(st, "posted");
+    RCHECK_OK(gang_send(g, msg, 100, 1, 1));
+    RCHECK_OK(gang_send(g, small, sizeof small, 1, 2));
+    /* The receiver's failure reaches the sender's next call. */
+    s = gang_barrier(g);
+  } else {
+    memset(msg, 0xee, sizeof msg);
+    gang_work *w = NULL;
+    if (c->early) {
+      /* The message is there to compare with: the post itself may fail. */
+      unsigned char got[4];
+      RCHECK_OK(gang_recv(g, got, sizeof got, 0, 2));
+      RCHECK(memcmp(got, small, sizeof got) == 0);
+      s = gang_recv_post(g, msg, c->len, 0, 1, &w);
+    } else {
+      RCHECK_OK(gang_recv_post(g, msg, c->len, 0, 1, &w));
+      RCHECK_OK(gang_store_set(st, "posted", "1", 1));
+      s = GANG_OK;
+    }
+    if (s == GANG_OK) {
+      s = gang_work_wait(w, -1);
+      gang_work_free(w);
+    }
+    for (size_t i = 0; i < sizeof msg; i++)
+      RCHECK(msg[i] == 0xee);
+  }
+  fprintf(stderr, "rank %d (receive of %zu, %s): %s: %s\n", rank, c->len,
+          c->early ? "early" : "posted first", gang_status_name(s),
+          gang_get_last_error(g));
+  RCHECK(s == GANG_MISMATCH);
+  if (rank == 1) {
+    RCHECK(strstr(gang_get_last_error(g), "sent 100 bytes") != NULL);
+    char want[32];
+    snprintf(want, sizeof want, "expected %zu", c->len);
+    RCHECK(strstr(gang_get_last_error(g), want) != NULL);
+  }
+  RCHECK(gang_barrier(g) == GANG_MISMATCH); /* sticky */
+  gang_store_close(st);
+  gang_destroy(g);
+  return 0;
+}
+
+static void test_receive_of_wrong_length_is_a_mismatch(void **state) {
+  (void)state;
+  const wrong_len cases[] = {
+      {99, false}, {101, false}, {99, true}, {101, true}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    g_round++;
+    assert_int_equal(gt_run_ranks(2, wrong_len_rank, (void *)&cases[i], 60000),
+                     0);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       GT_TEST(test_work_freed_unfinished_aborts_everyone),
       GT_TEST(test_world_failure_reaches_every_sub_gang),
+      GT_TEST(test_receive_of_wrong_length_is_a_mismatch),
   };
   return cmocka_run_group_tests(tests, gt_store_group_setup,
                                 gt_store_group_teardown);
