@@ -188,6 +188,22 @@ typedef struct stop_state {
   atomic_int named; /* survivors whose error names who reached the op */
 } stop_state;
 
+/* Runs fn on `size` ranks sharing a fresh stop_state (shared memory the
+ * survivors count themselves in); *named gets its count. */
+static int run_with_stop_state(int size, gt_rank_fn fn, int *named) {
+  g_round++;
+  stop_state *ss = mmap(NULL, sizeof *ss, PROT_READ | PROT_WRITE,
+                        MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  assert_true(ss != MAP_FAILED);
+  atomic_init(&ss->done, 0);
+  atomic_init(&ss->named, 0);
+  int rc = gt_run_ranks(size, fn, ss, 60000);
+  if (named != NULL)
+    *named = atomic_load(&ss->named);
+  munmap(ss, sizeof *ss);
+  return rc;
+}
+
 static int stop_rank(int rank, int size, void *arg) {
   (void)arg;
   if (rank == size - 1) {
@@ -237,17 +253,8 @@ static int stop_rank(int rank, int size, void *arg) {
 
 static void test_stopped_peer_times_out(void **state) {
   (void)state;
-  g_round++;
-  /* Survivors count themselves done in shared memory. */
-  stop_state *ss = mmap(NULL, sizeof *ss, PROT_READ | PROT_WRITE,
-                        MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  assert_true(ss != MAP_FAILED);
-  atomic_init(&ss->done, 0);
-  atomic_init(&ss->named, 0);
-  int rc = gt_run_ranks(4, stop_rank, ss, 60000);
-  int named = atomic_load(&ss->named);
-  munmap(ss, sizeof *ss);
-  assert_int_equal(rc, 0);
+  int named = 0;
+  assert_int_equal(run_with_stop_state(4, stop_rank, &named), 0);
   assert_int_equal(named, 3);
 }
 
@@ -298,14 +305,7 @@ static int across_rank(int rank, int size, void *arg) {
 
 static void test_stopped_rank_named_across_gangs(void **state) {
   (void)state;
-  g_round++;
-  stop_state *ss = mmap(NULL, sizeof *ss, PROT_READ | PROT_WRITE,
-                        MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  assert_true(ss != MAP_FAILED);
-  atomic_init(&ss->done, 0);
-  int rc = gt_run_ranks(4, across_rank, ss, 60000);
-  munmap(ss, sizeof *ss);
-  assert_int_equal(rc, 0);
+  assert_int_equal(run_with_stop_state(4, across_rank, NULL), 0);
 }
 
 /* ---- works queued behind a timed-out one ----------------------------------
@@ -356,14 +356,7 @@ static int queued_rank(int rank, int size, void *arg) {
 
 static void test_works_queued_behind_a_timeout(void **state) {
   (void)state;
-  g_round++;
-  stop_state *ss = mmap(NULL, sizeof *ss, PROT_READ | PROT_WRITE,
-                        MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  assert_true(ss != MAP_FAILED);
-  atomic_init(&ss->done, 0);
-  int rc = gt_run_ranks(2, queued_rank, ss, 60000);
-  munmap(ss, sizeof *ss);
-  assert_int_equal(rc, 0);
+  assert_int_equal(run_with_stop_state(2, queued_rank, NULL), 0);
 }
 
 /* ---- a stopped store host ------------------------------------------------ */
