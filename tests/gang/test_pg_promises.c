@@ -157,10 +157,15 @@ static int wrong_len_rank(int rank, int size, void *arg) {
       msg[i] = (unsigned char)(i * 7 + 1);
     if (!c->early)
       wait_key(st, "posted");
-    RCHECK_OK(gang_send(g, msg, 100, 1, 1));
-    RCHECK_OK(gang_send(g, small, sizeof small, 1, 2));
-    /* The receiver's failure reaches the sender's next call. */
-    s = gang_barrier(g);
+    /* The receiver's failure reaches the sender's next call: posted first,
+     * that may already be the second send (the receiver fails as soon as
+     * the first frame arrives); early, the receiver needs the second. */
+    s = gang_send(g, msg, 100, 1, 1);
+    if (s == GANG_OK)
+      s = gang_send(g, small, sizeof small, 1, 2);
+    RCHECK(s == GANG_OK || !c->early);
+    if (s == GANG_OK)
+      s = gang_barrier(g);
   } else {
     memset(msg, 0xee, sizeof msg);
     gang_work *w = NULL;
