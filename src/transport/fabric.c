@@ -4,6 +4,7 @@
  * departure cause, and how the fabric fails and tells its peers. Every
  * function but the fabric.h calls runs under f->mu. */
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include "core/bytes.h"
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "fabric_internal.h"
@@ -57,6 +59,56 @@ static void fail_queue(gang__fabric *f, struct xfer_queue *q) {
   TAILQ_INIT(q);
 }
 
+/* How long a failing rank may spend, over all its peers, finishing a
+ * frame it had half written and writing its reason: a peer that reads
+ * learns why; one that does not (stopped, or failing too) costs at most
+ * this once. */
+#define FAIL_WRITE_MS 100
+
+/* Writes iov[0..n) whole before `deadline` (waiting for room in the
+ * socket); false if it could not. Advances the iovecs. */
+static bool write_by(int fd, struct iovec *iov, int n, int64_t deadline) {
+  while (n > 0) {
+    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+    ssize_t w = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+      return false;
+    if (w < 0) {
+      struct pollfd pf = {fd, POLLOUT, 0};
+      int ms = gang__deadline_poll_ms(deadline);
+      if (ms == 0 || (poll(&pf, 1, ms) < 0 && errno != EINTR))
+        return false;
+      continue;
+    }
+    size_t left = (size_t)w;
+    while (n > 0 && left >= iov[0].iov_len) {
+      left -= iov[0].iov_len;
+      iov++;
+      n--;
+    }
+    if (n > 0) {
+      iov[0].iov_base = (uint8_t *)iov[0].iov_base + left;
+      iov[0].iov_len -= left;
+    }
+  }
+  return true;
+}
+
+/* Finishes the DATA frame x had half written to c, so that a reason can
+ * follow it on the stream; false if the peer did not take it in time.
+ * x's buffer is still the caller's: x has not completed. */
+static bool finish_frame(conn *c, gang__xfer *x, int64_t deadline) {
+  size_t head = fabric_frame_head(FRAME_DATA, x->len);
+  struct iovec iov[2];
+  int n = 0;
+  if (x->off < head)
+    iov[n++] = (struct iovec){c->shdr + x->off, head - x->off};
+  size_t poff = x->off > head ? x->off - head : 0;
+  if (x->len > poff)
+    iov[n++] = (struct iovec){(uint8_t *)x->buf + poff, x->len - poff};
+  return write_by(c->fd, iov, n, deadline);
+}
+
 void fabric_fail_locked(gang__fabric *f, gang_status st, const char *reason) {
   if (f->failed != GANG_OK)
     return;
@@ -67,21 +119,25 @@ void fabric_fail_locked(gang__fabric *f, gang_status st, const char *reason) {
   int tl = snprintf(text, sizeof text, "rank %d: %s", f->rank, reason);
   if (tl < 0 || tl >= (int)sizeof text)
     tl = (int)sizeof text - 1;
+  int64_t deadline = gang__deadline_in_ms(FAIL_WRITE_MS);
   for (int p = 0; p < f->size; p++) {
     conn *c = &f->conns[p];
     if (p == f->rank || c->fd < 0)
       continue;
-    /* Tell the peer why, unless a frame is half written (the stream would
-     * be corrupt): then the shutdown alone tells it. Best effort. */
-    if (!c->dead && (TAILQ_EMPTY(&c->sq) || TAILQ_FIRST(&c->sq)->off == 0)) {
-      uint8_t h[HDR];
-      memset(h, 0, sizeof h);
-      gang__put_u32(h, FRAME_ABORT);
-      gang__put_u32(h + 4, (uint32_t)st); /* peers fail with the same status */
-      gang__put_u64(h + 24, (uint64_t)tl);
-      struct iovec iov[2] = {{h, HDR}, {text, (size_t)tl}};
-      struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 2};
-      (void)!sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    /* Tell the peer why, after the frame being written if one is half
+     * written (the reason cannot go in the middle of it). Best effort,
+     * within FAIL_WRITE_MS for all peers: a peer that did not hear it
+     * learns of the failure from the closed connection. */
+    gang__xfer *h = TAILQ_FIRST(&c->sq);
+    if (!c->dead &&
+        (h == NULL || h->off == 0 || finish_frame(c, h, deadline))) {
+      uint8_t hd[HDR];
+      memset(hd, 0, sizeof hd);
+      gang__put_u32(hd, FRAME_ABORT);
+      gang__put_u32(hd + 4, (uint32_t)st); /* peers fail with the same status */
+      gang__put_u64(hd + 24, (uint64_t)tl);
+      struct iovec iov[2] = {{hd, HDR}, {text, (size_t)tl}};
+      (void)write_by(c->fd, iov, 2, deadline);
     }
     shutdown(c->fd, SHUT_RDWR);
     c->dead = true;

@@ -9,9 +9,12 @@
  *     at once;
  *   - a receive must name the message's exact length (docs/gang.md): one
  *     shorter or longer is GANG_MISMATCH on both ranks, naming both
- *     lengths, and nothing is written into the receive's buffer. */
+ *     lengths, and nothing is written into the receive's buffer;
+ *   - the reason of an abort reaches the peers even when the aborting
+ *     rank was in the middle of writing a frame to them. */
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -214,11 +217,67 @@ static void test_receive_of_wrong_length_is_a_mismatch(void **state) {
   }
 }
 
+/* ---- An abort in the middle of a frame ---------------------------------- */
+
+#define MID_BYTES ((size_t)8 << 20)
+
+/* Rank 1 starts an 8 MiB send to rank 0, which is receiving it, pushes
+ * part of it (socket buffers of 64 KiB keep the rest back) and aborts: the
+ * frame is half written. Rank 0 must fail with rank 1's reason, not only
+ * with a closed connection (before: "rank 1 closed the connection"). */
+static int mid_frame_rank(int rank, int size, void *arg) {
+  (void)arg;
+  setenv("GANG_SHM_DISABLE", "1", 1);
+  setenv("GANG_SOCKET_BUFFER", "65536", 1);
+  gang_t *g = gt_join("midframe", g_round, rank, size, 30000, 0);
+  unsigned char *buf = malloc(MID_BYTES);
+  RCHECK(buf != NULL);
+  memset(buf, rank == 1 ? 0x5a : 0, MID_BYTES);
+  gang_status s;
+  if (rank == 0) {
+    /* The rest of the frame comes before the reason: the receive may
+     * complete, with every byte right, and the next call fails. */
+    s = gang_recv(g, buf, MID_BYTES, 1, 7);
+    if (s == GANG_OK) {
+      for (size_t i = 0; i < MID_BYTES; i += 4093)
+        RCHECK(buf[i] == 0x5a);
+      s = gang_barrier(g);
+    }
+  } else {
+    gang_work *w = NULL;
+    RCHECK_OK(gang_send_post(g, buf, MID_BYTES, 0, 7, &w));
+    int done = 0;
+    for (int i = 0; i < 3 && !done; i++)
+      RCHECK_OK(gang_work_test(w, &done));
+    RCHECK(!done); /* 8 MiB do not fit in 64 KiB buffers */
+    gang_abort(g);
+    s = gang_work_wait(w, -1);
+    gang_work_free(w);
+  }
+  fprintf(stderr, "rank %d: %s: %s\n", rank, gang_status_name(s),
+          gang_get_last_error(g));
+  RCHECK(s == GANG_ABORTED);
+  if (rank == 0)
+    RCHECK(strstr(gang_get_last_error(g), "aborted by gang_abort") != NULL);
+  free(buf);
+  gang_destroy(g);
+  return 0;
+}
+
+static void test_abort_reason_reaches_peer_mid_frame(void **state) {
+  (void)state;
+  for (int k = 0; k < 3; k++) {
+    g_round++;
+    assert_int_equal(gt_run_ranks(2, mid_frame_rank, NULL, 60000), 0);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       GT_TEST(test_work_freed_unfinished_aborts_everyone),
       GT_TEST(test_world_failure_reaches_every_sub_gang),
       GT_TEST(test_receive_of_wrong_length_is_a_mismatch),
+      GT_TEST(test_abort_reason_reaches_peer_mid_frame),
   };
   return cmocka_run_group_tests(tests, gt_store_group_setup,
                                 gt_store_group_teardown);
