@@ -80,6 +80,7 @@ gang_status gang__pg_hier_new(pg_world *w, const int *map, int size, int rank,
       return st;
     }
     h->local->kind_name = kind_name;
+    h->local->host_part = true;
   }
   free(hid);
   free(local);

@@ -76,15 +76,32 @@ static uint64_t last_step(gang__shm_ctl *ctl) {
   return last;
 }
 
+/* How errors name a call and this member: "all_reduce #3 (gang rank
+ * 0/2, shared memory)", or on a host's part of a gang over several hosts
+ * "all_reduce #3 (this host's member 0/2, shared memory)". */
+static void name_call(const gang__shm_chan *c, char *b, size_t cap) {
+  snprintf(b, cap, "%s #%" PRIu64 " (%s %d/%d, shared memory)",
+           c->op ? c->op : "collective", c->opseq,
+           c->host_part ? "this host's member" : "gang rank", c->rank, c->size);
+}
+
+/* How errors name member m: "gang rank 1 (pid 42)", or on a host's part
+ * "world rank 5 (pid 42)" (its number on this host would mean nothing to
+ * the reader). */
+static void name_member(const gang__shm_chan *c, int m, char *b, size_t cap) {
+  snprintf(b, cap, "%s rank %d (pid %d)", c->host_part ? "world" : "gang",
+           c->host_part ? c->world[m] : m, (int)c->pid[m]);
+}
+
 static gang_status wait_error(gang__shm_chan *c, gang_status st, int member,
                               uint64_t seq, const char *why) {
+  char call[160], who[64];
+  name_call(c, call, sizeof call);
+  name_member(c, member, who, sizeof who);
   return gang__error(st,
-                     "%s #%" PRIu64 " (gang rank %d/%d, shared memory): %s, "
-                     "still waiting for: gang rank %d (pid %d) to reach step "
-                     "%" PRIu64 " (it is at %" PRIu64 ")",
-                     c->op ? c->op : "collective", c->opseq, c->rank, c->size,
-                     why, member, (int)c->pid[member], seq,
-                     last_step(c->ctl[member]));
+                     "%s: %s, still waiting for: %s to reach step %" PRIu64
+                     " (it is at %" PRIu64 ")",
+                     call, why, who, seq, last_step(c->ctl[member]));
 }
 
 static void describe_sig(const gang__shm_chan *c, uint64_t sig, char *buf,
@@ -101,12 +118,13 @@ gang_status gang__shm_mismatch(gang__shm_chan *c, int member, uint64_t seq) {
   describe_sig(c, c->sig, mine, sizeof mine);
   describe_sig(c, c->ctl[member]->line[GANG_SHM_LINE(seq)].sig, theirs,
                sizeof theirs);
+  char call[160], who[64];
+  name_call(c, call, sizeof call);
+  name_member(c, member, who, sizeof who);
   return gang__error(GANG_MISMATCH,
-                     "%s #%" PRIu64 " (gang rank %d/%d, shared memory): ranks "
-                     "disagree on the collective: this rank calls %s, gang "
-                     "rank %d calls %s",
-                     c->op ? c->op : "collective", c->opseq, c->rank, c->size,
-                     mine, member, theirs);
+                     "%s: ranks disagree on the collective: this rank calls "
+                     "%s, %s calls %s",
+                     call, mine, who, theirs);
 }
 
 /* The arena failed (a local rank's fabric did): fail ours the same way. */
@@ -398,19 +416,15 @@ static gang_status copy_remote(gang__shm_chan *c, int member, void *local,
         gang_status st = gang__fabric_status(c->fabric, d, sizeof d);
         return wait_error(c, st, member, c->step, d);
       }
+      char call[160], who[64];
+      name_call(c, call, sizeof call);
+      name_member(c, member, who, sizeof who);
       if (err == ESRCH)
-        return gang__error(GANG_PEER_LOST,
-                           "%s #%" PRIu64 " (gang rank %d/%d, shared memory): "
-                           "gang rank %d (pid %d) is gone",
-                           c->op ? c->op : "collective", c->opseq, c->rank,
-                           c->size, member, (int)c->pid[member]);
-      return gang__error_errno(
-          GANG_SYSTEM, err,
-          "%s #%" PRIu64 " (gang rank %d/%d): %s of %zu bytes %s gang rank %d "
-          "(pid %d)",
-          c->op ? c->op : "collective", c->opseq, c->rank, c->size,
-          write ? "process_vm_writev" : "process_vm_readv", len,
-          write ? "to" : "from", member, (int)c->pid[member]);
+        return gang__error(GANG_PEER_LOST, "%s: %s is gone", call, who);
+      return gang__error_errno(GANG_SYSTEM, err, "%s: %s of %zu bytes %s %s",
+                               call,
+                               write ? "process_vm_writev" : "process_vm_readv",
+                               len, write ? "to" : "from", who);
     }
     d += got;
     remote += (uint64_t)got;

@@ -128,10 +128,13 @@ typedef struct gang__shm_chan {
   unsigned char **stage;   /* [size]: each member's staging (2 * chunk) */
   pid_t *pid;              /* [size]: each member's process */
   int *world;              /* [size]: each member's world (fabric) rank */
-  gang__fabric *fabric;    /* watched while sleeping */
-  int64_t deadline;        /* of the running collective */
-  int64_t next_poke;       /* when a sleeping wait next pokes the fabric */
-  int64_t next_move;       /* when a wait may next move off a shared CPU */
+  /* This host's part of a gang over several hosts (pg_hier.c): members are
+   * numbered per host, so errors name them by world rank. */
+  bool host_part;
+  gang__fabric *fabric; /* watched while sleeping */
+  int64_t deadline;     /* of the running collective */
+  int64_t next_poke;    /* when a sleeping wait next pokes the fabric */
+  int64_t next_move;    /* when a wait may next move off a shared CPU */
   /* How large two-member all_reduces choose between staged chunks and
    * single copy (src/algo/shm_allreduce.c): the clock when all arrived,
    * the last call's time from then, and per size class (16, 32, ... 512
