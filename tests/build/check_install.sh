@@ -19,7 +19,7 @@ cmake --install "$build" --prefix "$tmp/prefix" >"$tmp/install.log" 2>&1 ||
 unset LD_LIBRARY_PATH
 
 bin="$tmp/prefix/bin"
-for tool in gang-info gang-store gangrun gang-bench gang-lighthouse; do
+for tool in gang-info gang-store gangrun gang-bench gang-lighthouse gang-flight; do
   [ -x "$bin/$tool" ] || { echo "$tool was not installed"; exit 1; }
   if readelf -d "$bin/$tool" | grep -F "$build" >/dev/null; then
     echo "installed $tool still looks for libraries in the build tree:"
