@@ -9,11 +9,6 @@
 
 #include "gang/ft.h"
 
-static void nap_ms(int ms) {
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
-}
-
 lh_proc lh_start(const lh_cfg *cfg) {
   int fds[2];
   lh_proc lp = {-1, 0};
@@ -36,7 +31,7 @@ lh_proc lh_start(const lh_cfg *cfg) {
     for (int i = 0; i < 50 && lh == NULL; i++)
       if (gang_lighthouse_start(&o, &lh) != GANG_OK) {
         fprintf(stderr, "lighthouse: %s\n", gang_last_error());
-        nap_ms(100);
+        gt_nap_ms(100);
       }
     if (lh != NULL)
       port = gang_lighthouse_port(lh);

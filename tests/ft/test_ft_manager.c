@@ -51,17 +51,6 @@ static int g_test;
 #define SLACK 1.0
 #endif
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static void nap_ms(int ms) {
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
-}
-
 /* ---- The replicas -----------------------------------------------------------
  */
 
@@ -119,10 +108,10 @@ static int replica_main(const run_cfg *c, int g, int inc, int rank) {
   gang_manager *m = NULL;
   RCHECK_OK(gang_manager_create(&mo, &m));
   if (c->just_beat) {
-    log_line(c, "beat g=%d t=%.6f\n", g, now_s());
-    nap_ms(c->beat_ms);
+    log_line(c, "beat g=%d t=%.6f\n", g, gt_now_s());
+    gt_nap_ms(c->beat_ms);
     gang_manager_destroy(m);
-    log_line(c, "gone g=%d t=%.6f\n", g, now_s());
+    log_line(c, "gone g=%d t=%.6f\n", g, gt_now_s());
     gang_destroy(group);
     return 0;
   }
@@ -141,7 +130,7 @@ static int replica_main(const run_cfg *c, int g, int inc, int rank) {
                 (float)(1 + (rr < 0 ? 0 : rr));
     RCHECK_OK(
         gang_manager_all_reduce(m, grad, NPARAM, GANG_FLOAT32, GANG_MEAN));
-    nap_ms(c->step_ms);
+    gt_nap_ms(c->step_ms);
     bool commit = false;
     RCHECK_OK(gang_manager_should_commit(m, &commit));
     if (commit)
@@ -160,12 +149,13 @@ static int replica_main(const run_cfg *c, int g, int inc, int rank) {
              "step g=%d inc=%d rank=%d step=%" PRId64 " q=%" PRId64
              " part=%d commit=%d t=%.6f why=%.120s\n",
              g, inc, rank, gang_manager_step(m), gang_manager_quorum_id(m),
-             gang_manager_participants(m), commit, now_s(), why);
+             gang_manager_participants(m), commit, gt_now_s(), why);
   }
-  log_line(
-      c,
-      "done g=%d inc=%d rank=%d step=%" PRId64 " hash=%016" PRIx64 " t=%.6f\n",
-      g, inc, rank, gang_manager_step(m), fnv(params, sizeof params), now_s());
+  log_line(c,
+           "done g=%d inc=%d rank=%d step=%" PRId64 " hash=%016" PRIx64
+           " t=%.6f\n",
+           g, inc, rank, gang_manager_step(m), fnv(params, sizeof params),
+           gt_now_s());
   gang_manager_destroy(m);
   gang_destroy(group);
   return 0;
@@ -212,11 +202,11 @@ static void reap_group(procs *ps, int g) {
 /* Waits for every process left; the number that did not exit 0. */
 static int reap_all(procs *ps, int timeout_ms) {
   int bad = 0;
-  double end = now_s() + timeout_ms / 1000.0;
+  double end = gt_now_s() + timeout_ms / 1000.0;
   for (int i = 0; i < ps->n; i++) {
     if (ps->pid[i] <= 0)
       continue;
-    int left = (int)((end - now_s()) * 1000);
+    int left = (int)((end - gt_now_s()) * 1000);
     int st = gt_wait_child(ps->pid[i], left > 0 ? left : 1);
     if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
       fprintf(stderr, "replica process %d (group %d): status %d\n",
@@ -290,9 +280,9 @@ static int64_t committed(const char *log, int g, int inc) {
 
 static void wait_committed(const char *log, int g, int inc, int64_t step,
                            double timeout_s) {
-  double end = now_s() + timeout_s;
-  while (committed(log, g, inc) < step && now_s() < end)
-    nap_ms(5);
+  double end = gt_now_s() + timeout_s;
+  while (committed(log, g, inc) < step && gt_now_s() < end)
+    gt_nap_ms(5);
   if (committed(log, g, inc) < step)
     fail_msg("group %d never committed step %" PRId64, g, step);
 }
@@ -342,9 +332,9 @@ static double first_commit_after(const char *log, double t0, int part,
 
 static double wait_commit_after(const char *log, double t0, int part, int skip,
                                 double timeout_s) {
-  double end = now_s() + timeout_s, t = 0;
-  while ((t = first_commit_after(log, t0, part, skip)) == 0 && now_s() < end)
-    nap_ms(5);
+  double end = gt_now_s() + timeout_s, t = 0;
+  while ((t = first_commit_after(log, t0, part, skip)) == 0 && gt_now_s() < end)
+    gt_nap_ms(5);
   return t;
 }
 
@@ -396,7 +386,7 @@ static void test_kill9_survivors_go_on_and_restart_heals(void **state) {
   for (int g = 0; g < 3; g++)
     spawn_group(&ps, &c, g, 0);
   wait_committed(log, 1, 0, 10, 60);
-  double t_kill = now_s();
+  double t_kill = gt_now_s();
   signal_group(&ps, 1, SIGKILL);
   reap_group(&ps, 1);
   double t = wait_commit_after(log, t_kill, 2, 1, 10);
@@ -438,7 +428,7 @@ static void test_sigstop_declared_dead_then_rejoins(void **state) {
   for (int g = 0; g < 3; g++)
     spawn_group(&ps, &c, g, 0);
   wait_committed(log, 2, 0, 10, 60);
-  double t_stop = now_s();
+  double t_stop = gt_now_s();
   signal_group(&ps, 2, SIGSTOP);
   double t = wait_commit_after(log, t_stop, 2, 2, 10);
   assert_true(t > 0);
@@ -474,12 +464,13 @@ static void test_split_half_forms_no_quorum(void **state) {
   spawn_group(&ps, &beat, 2, 0);
   spawn_group(&ps, &beat, 3, 0);
   double t_beat = 0;
-  for (double end = now_s() + 20; now_s() < end && t_beat == 0; nap_ms(5)) {
+  for (double end = gt_now_s() + 20; gt_now_s() < end && t_beat == 0;
+       gt_nap_ms(5)) {
     int n = read_log(log, g_evs, MAX_LINES), beats = 0;
     for (int i = 0; i < n; i++)
       beats += !strcmp(g_evs[i].kind, "beat");
     if (beats == 2)
-      t_beat = now_s();
+      t_beat = gt_now_s();
   }
   assert_true(t_beat > 0);
   spawn_group(&ps, &c, 0, 0);
@@ -524,7 +515,7 @@ static void test_lighthouse_restart(void **state) {
   spawn_group(&ps, &c, 1, 0);
   wait_committed(log, 0, 0, 15, 60);
   lh_kill(&lh);
-  nap_ms(500);
+  gt_nap_ms(500);
   lc.port = c.lh_port;
   lh = lh_start(&lc);
   assert_true(lh.pid > 0);

@@ -17,12 +17,6 @@
 
 static int g_round;
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static void addr_of(char *buf, size_t cap, const char *what, int n) {
   snprintf(buf, cap, "127.0.0.1:%d/ft-%s-%d-%d", gt_store_port(), what, g_round,
            n);
@@ -97,7 +91,7 @@ typedef struct abort_job {
 static void *waiter(void *arg) {
   abort_job *j = arg;
   j->st = gang_work_wait(j->w, -1);
-  j->ended = now_s();
+  j->ended = gt_now_s();
   return NULL;
 }
 
@@ -119,7 +113,7 @@ static int abort_rank(int rank, int size, void *arg) {
     RCHECK_OK(gang_all_reduce_post(g, v, 1, GANG_FLOAT32, GANG_SUM, &j.w));
     pthread_t t;
     RCHECK(pthread_create(&t, NULL, waiter, &j) == 0);
-    double t0 = now_s();
+    double t0 = gt_now_s();
     /* The next incarnation is rank 0 alone. */
     addr_of(addr, sizeof addr, "abort-alone", 0);
     RCHECK_OK(gang_ft_configure(g, addr, 0, 1, 20000));

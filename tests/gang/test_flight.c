@@ -34,11 +34,6 @@
 
 static char g_dir[64];
 
-static void nap_ms(int ms) {
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
-}
-
 static char *slurp(const char *path) {
   FILE *f = fopen(path, "r");
   if (f == NULL)
@@ -66,7 +61,7 @@ static bool wait_dump(const char *prefix, int r, int ms) {
     free(s);
     if (done)
       return true;
-    nap_ms(10);
+    gt_nap_ms(10);
   }
   return false;
 }
@@ -212,7 +207,7 @@ static void *signaller(void *arg) {
   (void)arg;
   while (!atomic_load(&g_stop)) {
     kill(getpid(), SIGUSR1);
-    nap_ms(1);
+    gt_nap_ms(1);
   }
   return NULL;
 }

@@ -28,17 +28,6 @@
 #define SLACK_S 0.3
 #endif
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static void nap_ms(int ms) {
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
-}
-
 static int deadline_rank(int rank, int size, void *arg) {
   const char *mode = arg;
   if (strcmp(mode, "tcp") == 0)
@@ -54,9 +43,9 @@ static int deadline_rank(int rank, int size, void *arg) {
   if (rank == 0) {
     gang_work *w = NULL;
     RCHECK_OK(gang_all_reduce_post(g, buf, 256, GANG_FLOAT32, GANG_SUM, &w));
-    double t0 = now_s();
+    double t0 = gt_now_s();
     gang_status st = gang_work_wait(w, 200);
-    double took = now_s() - t0;
+    double took = gt_now_s() - t0;
     fprintf(stderr, "rank 0 (%s): wait(200 ms) -> %s after %.3f s: %s\n", mode,
             gang_status_name(st), took, gang_get_last_error(g));
     RCHECK(st == GANG_TIMEOUT);
@@ -70,23 +59,23 @@ static int deadline_rank(int rank, int size, void *arg) {
      * "that did not answer within 1000 ms: 1" (TCP). */
     RCHECK(strstr(e, "rank 1") != NULL || strstr(e, "answer within") != NULL);
     RCHECK(strstr(e, "caller's deadline") != NULL);
-    t0 = now_s();
+    t0 = gt_now_s();
     RCHECK(gang_barrier(g) == GANG_TIMEOUT);
     RCHECK(gang_barrier(sub) == GANG_TIMEOUT);
-    RCHECK(now_s() - t0 < 0.05 + SLACK_S / 10);
+    RCHECK(gt_now_s() - t0 < 0.05 + SLACK_S / 10);
   } else {
-    nap_ms(1500);
-    double t0 = now_s();
+    gt_nap_ms(1500);
+    double t0 = gt_now_s();
     gang_status st = gang_all_reduce(g, buf, 256, GANG_FLOAT32, GANG_SUM);
-    double took = now_s() - t0;
+    double took = gt_now_s() - t0;
     fprintf(stderr, "rank 1 (%s): all_reduce -> %s after %.3f s: %s\n", mode,
             gang_status_name(st), took, gang_get_last_error(g));
     RCHECK(st == GANG_TIMEOUT ||
            (st == GANG_OK && buf[0] == 2.0f && buf[255] == 2.0f));
     if (st == GANG_OK) {
-      t0 = now_s();
+      t0 = gt_now_s();
       st = gang_barrier(g);
-      took = now_s() - t0;
+      took = gt_now_s() - t0;
     }
     fprintf(stderr, "rank 1 (%s): then %s after %.3f s: %s\n", mode,
             gang_status_name(st), took, gang_get_last_error(g));

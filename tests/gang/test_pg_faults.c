@@ -39,12 +39,6 @@
 
 static int g_round;
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 static gang_t *join(int rank, int size, int64_t timeout_ms) {
   return gt_join("faults", g_round, rank, size, timeout_ms, 0);
 }
@@ -116,12 +110,12 @@ static int kill_rank(int rank, int size, void *arg) {
   gang_t *g = join(rank, size, 120000);
   float *buf = calloc(BIG, sizeof *buf);
   gang_status st = GANG_OK;
-  double t0 = now_s();
+  double t0 = gt_now_s();
   while (st == GANG_OK) {
-    t0 = now_s();
+    t0 = gt_now_s();
     st = gang_all_reduce(g, buf, BIG, GANG_FLOAT32, GANG_SUM);
   }
-  double took = now_s() - t0;
+  double took = gt_now_s() - t0;
   fprintf(stderr, "rank %d: %s after %.3f s (%s): %s\n", rank,
           gang_status_name(st), took, gang__pg_last_algo(g), gang_last_error());
   RCHECK(is_algo(g, (const char *)arg));
@@ -134,9 +128,9 @@ static int kill_rank(int rank, int size, void *arg) {
   RCHECK(strstr(gang_get_last_error(g), "all_reduce #") != NULL);
   RCHECK(strstr(gang_get_last_error(g), named) != NULL);
   /* Sticky: the next call fails at once with the same status. */
-  double t1 = now_s();
+  double t1 = gt_now_s();
   RCHECK(gang_barrier(g) == GANG_PEER_LOST);
-  RCHECK(now_s() - t1 < 0.1);
+  RCHECK(gt_now_s() - t1 < 0.1);
   free(buf);
   gang_destroy(g);
   RCHECK(gt_count_fds() == fds0);
@@ -211,8 +205,8 @@ static int stop_rank(int rank, int size, void *arg) {
     kill(v, SIGSTOP);
     /* Keep it stopped (not dead) until every survivor has its answer. */
     stop_state *ss = arg;
-    double t0 = now_s();
-    while (atomic_load(&ss->done) < size - 1 && now_s() - t0 < 30) {
+    double t0 = gt_now_s();
+    while (atomic_load(&ss->done) < size - 1 && gt_now_s() - t0 < 30) {
       struct timespec ts = {0, 5 * 1000 * 1000};
       nanosleep(&ts, NULL);
     }
@@ -224,9 +218,9 @@ static int stop_rank(int rank, int size, void *arg) {
   }
   gang_t *g = join(rank, size, 1500);
   float x[4] = {1, 2, 3, 4};
-  double t0 = now_s();
+  double t0 = gt_now_s();
   gang_status st = gang_all_reduce(g, x, 4, GANG_FLOAT32, GANG_SUM);
-  double took = now_s() - t0;
+  double took = gt_now_s() - t0;
   fprintf(stderr, "rank %d: %s after %.3f s: %s\n", rank, gang_status_name(st),
           took, gang_last_error());
   RCHECK(st == GANG_TIMEOUT);
@@ -275,8 +269,8 @@ static int across_rank(int rank, int size, void *arg) {
   if (rank == 3) {
     pid_t v = spawn_victim(rank, size, subgang_then_hang, 1500);
     kill(v, SIGSTOP);
-    double t0 = now_s();
-    while (atomic_load(&ss->done) < size - 1 && now_s() - t0 < 30) {
+    double t0 = gt_now_s();
+    while (atomic_load(&ss->done) < size - 1 && gt_now_s() - t0 < 30) {
       struct timespec ts = {0, 5 * 1000 * 1000};
       nanosleep(&ts, NULL);
     }
@@ -322,8 +316,8 @@ static int queued_rank(int rank, int size, void *arg) {
   if (rank == 1) {
     pid_t v = spawn_victim(rank, size, hang, QUEUED_TIMEOUT_MS);
     kill(v, SIGSTOP);
-    double t0 = now_s();
-    while (atomic_load(&ss->done) < 1 && now_s() - t0 < 30) {
+    double t0 = gt_now_s();
+    while (atomic_load(&ss->done) < 1 && gt_now_s() - t0 < 30) {
       struct timespec ts = {0, 5 * 1000 * 1000};
       nanosleep(&ts, NULL);
     }
@@ -336,18 +330,18 @@ static int queued_rank(int rank, int size, void *arg) {
   gang_t *g = join(rank, size, QUEUED_TIMEOUT_MS);
   float x[3][4] = {{1}, {2}, {3}};
   gang_work *w[3];
-  double t0 = now_s();
+  double t0 = gt_now_s();
   for (int i = 0; i < 3; i++)
     RCHECK_OK(gang_all_reduce_post(g, x[i], 4, GANG_FLOAT32, GANG_SUM, &w[i]));
   for (int i = 0; i < 3; i++) {
     gang_status st = gang_work_wait(w[i], -1);
-    double took = now_s() - t0;
+    double took = gt_now_s() - t0;
     fprintf(stderr, "work %d: %s after %.3f s: %s\n", i, gang_status_name(st),
             took, gang_last_error());
     RCHECK(st == GANG_TIMEOUT);
     gang_work_free(w[i]);
   }
-  double took = now_s() - t0;
+  double took = gt_now_s() - t0;
   RCHECK(took < QUEUED_TIMEOUT_MS / 1000.0 + 1.0);
   gang_destroy(g);
   atomic_fetch_add(&ss->done, 1);
@@ -393,9 +387,9 @@ static gang_t *join_default(const host_stop_state *hs, int rank, int size) {
 
 /* Waits (bounded) until *v reaches at least `want`. */
 static bool wait_at_least(atomic_int *v, int want, double limit_s) {
-  double t0 = now_s();
+  double t0 = gt_now_s();
   while (atomic_load(v) < want) {
-    if (now_s() - t0 > limit_s)
+    if (gt_now_s() - t0 > limit_s)
       return false;
     struct timespec ts = {0, 1000 * 1000};
     nanosleep(&ts, NULL);
@@ -429,9 +423,9 @@ static int stop_host_rank(int rank, int size, void *arg) {
   gang_t *g = join_default(hs, rank, size);
   atomic_fetch_add(&hs->entered, 1);
   float x[4] = {1, 2, 3, 4};
-  double t0 = now_s();
+  double t0 = gt_now_s();
   gang_status st = gang_all_reduce(g, x, 4, GANG_FLOAT32, GANG_SUM);
-  double took = now_s() - t0;
+  double took = gt_now_s() - t0;
   fprintf(stderr, "rank %d: %s after %.3f s: %s\n", rank, gang_status_name(st),
           took, gang_last_error());
   RCHECK(st == GANG_TIMEOUT);
@@ -487,7 +481,7 @@ static void *abort_later(void *arg) {
 static int abort_rank(int rank, int size, void *arg) {
   (void)arg;
   gang_t *g = join(rank, size, 60000);
-  double t0 = now_s();
+  double t0 = gt_now_s();
   gang_status st;
   if (rank == 0) {
     pthread_t t;
@@ -503,7 +497,7 @@ static int abort_rank(int rank, int size, void *arg) {
     float y;
     st = gang_recv(g, &y, sizeof y, 0, 7);
   }
-  double took = now_s() - t0;
+  double took = gt_now_s() - t0;
   fprintf(stderr, "rank %d: %s after %.3f s: %s\n", rank, gang_status_name(st),
           took, gang_last_error());
   RCHECK(st == GANG_ABORTED);

@@ -31,12 +31,6 @@
 
 static int g_round;
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static gang_store *ctl(void) {
   char addr[64];
   snprintf(addr, sizeof addr, "127.0.0.1:%d/promises%d", gt_store_port(),
@@ -74,11 +68,11 @@ static int freed_rank(int rank, int size, void *arg) {
     wait_key(st, "freed");
     /* What rank 0 had contributed may let this all_reduce finish; the
      * abort then fails the next call. Either comes at once. */
-    double t0 = now_s();
+    double t0 = gt_now_s();
     gang_status s = gang_all_reduce(g, buf, 64, GANG_FLOAT32, GANG_SUM);
     if (s == GANG_OK)
       s = gang_barrier(g);
-    double took = now_s() - t0;
+    double took = gt_now_s() - t0;
     fprintf(stderr, "rank 1: %s after %.3f s: %s\n", gang_status_name(s), took,
             gang_get_last_error(g));
     RCHECK(s == GANG_ABORTED);
@@ -112,13 +106,13 @@ static int world_rank(int rank, int size, void *arg) {
     RCHECK_OK(gang_store_set(st, "aborted", "1", 1));
   } else {
     wait_key(st, "aborted");
-    double t0 = now_s();
+    double t0 = gt_now_s();
     gang_status s = GANG_OK;
     /* Rank 2's abort reaches us over the world's connections; the pair's
      * next calls then fail, however long that took. */
-    while (s == GANG_OK && now_s() - t0 < SLACK_S)
+    while (s == GANG_OK && gt_now_s() - t0 < SLACK_S)
       s = gang_barrier(pair);
-    double took = now_s() - t0;
+    double took = gt_now_s() - t0;
     fprintf(stderr, "rank %d: the pair's barrier: %s after %.3f s: %s\n", rank,
             gang_status_name(s), took, gang_get_last_error(pair));
     RCHECK(s == GANG_ABORTED || s == GANG_PEER_LOST);

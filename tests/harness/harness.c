@@ -73,6 +73,17 @@ static int count_dir(const char *path) {
   return n;
 }
 
+double gt_now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+void gt_nap_ms(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
 int gt_count_fds(void) { return count_dir("/proc/self/fd") - 1; }
 
 int gt_count_shm_maps(void) {

@@ -122,6 +122,11 @@ int gt_cannot_run(bool required, const char *var, const char *fmt, ...)
  * the reason in why[cap]. */
 int gt_private_netns(char *why, size_t cap);
 
+/* Seconds on the monotonic clock, for timing in tests. */
+double gt_now_s(void);
+/* Sleeps `ms` milliseconds (a pause, never a synchronisation). */
+void gt_nap_ms(int ms);
+
 int gt_count_fds(void);
 /* Mappings of a shared-memory arena (memfd "gang-shm") in this process. */
 int gt_count_shm_maps(void);

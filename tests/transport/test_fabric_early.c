@@ -33,11 +33,6 @@ static long rss_kib(void) {
   return kb;
 }
 
-static void nap_ms(int ms) {
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
-}
-
 static uint8_t byte_of(int m, size_t i) {
   return (uint8_t)((size_t)m * 131 + i * 7 + 1);
 }
@@ -96,7 +91,7 @@ static int ahead_rank(int rank, int size, void *arg) {
     do { /* rank 1's sends pile up meanwhile */
       RCHECK_OK(gang_send(g, &go, sizeof go, 2, 1));
       RCHECK_OK(gang_recv(g, &go, sizeof go, 2, 2));
-      nap_ms(1);
+      gt_nap_ms(1);
       clock_gettime(CLOCK_MONOTONIC, &t);
     } while (t.tv_sec - t0.tv_sec < 2);
     go = 0;
@@ -133,7 +128,7 @@ static int behind_rank(int rank, int size, void *arg) {
     send_all(g, &worst);
     RCHECK(worst != GANG_OK); /* rank 0 failed: the sends end too */
   } else {
-    nap_ms(500);
+    gt_nap_ms(500);
     uint8_t *msg = malloc(MSG);
     RCHECK(msg != NULL);
     gang_status st = gang_recv(g, msg, MSG, 1, TAG + 1); /* the last one */

@@ -25,12 +25,6 @@
 
 enum { SILENT = 100, HALF = 10 };
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static gang_store *store_at(const char *ns) {
   char addr[96];
   snprintf(addr, sizeof addr, "127.0.0.1:%d/%s", gt_store_port(), ns);
@@ -50,9 +44,9 @@ static void wait_key(gang_store *st, const char *key) {
 
 /* Rank 1's time to a ready gang of two. */
 static double join_time(const char *ns, int rank) {
-  double t0 = now_s();
+  double t0 = gt_now_s();
   gang_t *g = gt_join(ns, 0, rank, 2, 20000, 0);
-  double t = now_s() - t0;
+  double t = gt_now_s() - t0;
   int32_t x = 1;
   RCHECK_OK(gang_all_reduce(g, &x, 1, GANG_INT32, GANG_SUM));
   RCHECK(x == 2);
