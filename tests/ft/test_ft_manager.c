@@ -367,39 +367,60 @@ static int ft_teardown(void **state) {
 #define FT_TEST(fn)                                                            \
   cmocka_unit_test_setup_teardown(fn, gt_leak_setup, ft_teardown)
 
+/* What a test runs: a lighthouse, the replicas' processes and their log.
+ * Static: the teardown reads it after a failure. */
+typedef struct scene {
+  lh_proc lh;
+  procs ps;
+  char *log;
+} scene;
+
+/* Starts a test: its lighthouse (lc) and a fresh log. */
+static scene *scene_start(const lh_cfg *lc) {
+  static scene sc;
+  g_test++;
+  memset(&sc.ps, 0, sizeof sc.ps);
+  sc.lh = lh_start(lc);
+  g_lh = &sc.lh;
+  g_ps = &sc.ps;
+  assert_true(sc.lh.pid > 0);
+  sc.log = new_log();
+  return &sc;
+}
+
+/* Ends a test that passed: the lighthouse stopped, the log removed. */
+static void scene_end(scene *s) {
+  lh_kill(&s->lh);
+  unlink(s->log);
+  free(s->log);
+  s->log = NULL;
+}
+
 /* ---- Tests
  * ---------------------------------------------------------------------- */
 
 static void test_kill9_survivors_go_on_and_restart_heals(void **state) {
   (void)state;
-  g_test++;
   lh_cfg lc = {0, 1, 2000, 1000};
-  static lh_proc lh;
-  lh = lh_start(&lc);
-  g_lh = &lh;
-  assert_true(lh.pid > 0);
-  char *log = new_log();
-  run_cfg c = {log, lh.port, 2, 80, 15, 1000, 10000, false, 0};
-  static procs ps; /* static: the teardown reads it after a failure */
-  memset(&ps, 0, sizeof ps);
-  g_ps = &ps;
+  scene *s = scene_start(&lc);
+  run_cfg c = {s->log, s->lh.port, 2, 80, 15, 1000, 10000, false, 0};
   for (int g = 0; g < 3; g++)
-    spawn_group(&ps, &c, g, 0);
-  wait_committed(log, 1, 0, 10, 60);
+    spawn_group(&s->ps, &c, g, 0);
+  wait_committed(s->log, 1, 0, 10, 60);
   double t_kill = gt_now_s();
-  signal_group(&ps, 1, SIGKILL);
-  reap_group(&ps, 1);
-  double t = wait_commit_after(log, t_kill, 2, 1, 10);
+  signal_group(&s->ps, 1, SIGKILL);
+  reap_group(&s->ps, 1);
+  double t = wait_commit_after(s->log, t_kill, 2, 1, 10);
   assert_true(t > 0);
   printf("kill -9 of a group: the survivors committed with 2 participants "
          "%.0f ms later\n",
          (t - t_kill) * 1000);
   assert_true(t - t_kill < 2.0 * SLACK);
-  spawn_group(&ps, &c, 1, 1);
-  assert_int_equal(reap_all(&ps, 90000), 0);
-  assert_int_equal(check_done(log, c.target), 6);
+  spawn_group(&s->ps, &c, 1, 1);
+  assert_int_equal(reap_all(&s->ps, 90000), 0);
+  assert_int_equal(check_done(s->log, c.target), 6);
   /* The restarted group healed: its first commit is far past step 1. */
-  int n = read_log(log, g_evs, MAX_LINES);
+  int n = read_log(s->log, g_evs, MAX_LINES);
   int64_t first = -1;
   for (int i = 0; i < n && first < 0; i++)
     if (!strcmp(g_evs[i].kind, "step") && g_evs[i].g == 1 &&
@@ -407,77 +428,57 @@ static void test_kill9_survivors_go_on_and_restart_heals(void **state) {
       first = g_evs[i].step;
   printf("the restarted group's first commit: step %" PRId64 "\n", first);
   assert_true(first > 11);
-  lh_kill(&lh);
-  unlink(log);
-  free(log);
+  scene_end(s);
 }
 
 static void test_sigstop_declared_dead_then_rejoins(void **state) {
   (void)state;
-  g_test++;
   lh_cfg lc = {0, 1, 2000, 1000};
-  static lh_proc lh;
-  lh = lh_start(&lc);
-  g_lh = &lh;
-  assert_true(lh.pid > 0);
-  char *log = new_log();
-  run_cfg c = {log, lh.port, 1, 70, 15, 1000, 10000, false, 0};
-  static procs ps; /* static: the teardown reads it after a failure */
-  memset(&ps, 0, sizeof ps);
-  g_ps = &ps;
+  scene *s = scene_start(&lc);
+  run_cfg c = {s->log, s->lh.port, 1, 70, 15, 1000, 10000, false, 0};
   for (int g = 0; g < 3; g++)
-    spawn_group(&ps, &c, g, 0);
-  wait_committed(log, 2, 0, 10, 60);
+    spawn_group(&s->ps, &c, g, 0);
+  wait_committed(s->log, 2, 0, 10, 60);
   double t_stop = gt_now_s();
-  signal_group(&ps, 2, SIGSTOP);
-  double t = wait_commit_after(log, t_stop, 2, 2, 10);
+  signal_group(&s->ps, 2, SIGSTOP);
+  double t = wait_commit_after(s->log, t_stop, 2, 2, 10);
   assert_true(t > 0);
   printf("SIGSTOP of a group: the survivors committed with 2 participants "
          "%.0f ms later\n",
          (t - t_stop) * 1000);
   /* The heartbeat timeout (1 s) and a quorum. */
   assert_true(t - t_stop < 3.0 * SLACK);
-  wait_committed(log, 0, 0, committed(log, 0, 0) + 5, 30);
-  signal_group(&ps, 2, SIGCONT);
-  assert_int_equal(reap_all(&ps, 90000), 0);
-  assert_int_equal(check_done(log, c.target), 3);
-  lh_kill(&lh);
-  unlink(log);
-  free(log);
+  wait_committed(s->log, 0, 0, committed(s->log, 0, 0) + 5, 30);
+  signal_group(&s->ps, 2, SIGCONT);
+  assert_int_equal(reap_all(&s->ps, 90000), 0);
+  assert_int_equal(check_done(s->log, c.target), 3);
+  scene_end(s);
 }
 
 static void test_split_half_forms_no_quorum(void **state) {
   (void)state;
-  g_test++;
   lh_cfg lc = {0, 1, 500, 1000};
-  static lh_proc lh;
-  lh = lh_start(&lc);
-  g_lh = &lh;
-  assert_true(lh.pid > 0);
-  char *log = new_log();
+  scene *s = scene_start(&lc);
   /* Groups 2 and 3 beat for 3 s without joining. */
-  run_cfg beat = {log, lh.port, 1, 0, 0, 1000, 1000, true, 3000};
-  run_cfg c = {log, lh.port, 1, 10, 5, 1000, 1000, false, 0};
-  static procs ps; /* static: the teardown reads it after a failure */
-  memset(&ps, 0, sizeof ps);
-  g_ps = &ps;
-  spawn_group(&ps, &beat, 2, 0);
-  spawn_group(&ps, &beat, 3, 0);
+  run_cfg beat = {s->log, s->lh.port, 1, 0, 0, 1000, 1000, true, 3000};
+  run_cfg c = {s->log, s->lh.port, 1, 10, 5, 1000, 1000, false, 0};
+  spawn_group(&s->ps, &beat, 2, 0);
+  spawn_group(&s->ps, &beat, 3, 0);
   double t_beat = 0;
   for (double end = gt_now_s() + 20; gt_now_s() < end && t_beat == 0;
        gt_nap_ms(5)) {
-    int n = read_log(log, g_evs, MAX_LINES), beats = 0;
+    int n = read_log(s->log, g_evs, MAX_LINES), beats = 0;
     for (int i = 0; i < n; i++)
       beats += !strcmp(g_evs[i].kind, "beat");
     if (beats == 2)
       t_beat = gt_now_s();
   }
   assert_true(t_beat > 0);
-  spawn_group(&ps, &c, 0, 0);
-  spawn_group(&ps, &c, 1, 0);
-  assert_int_equal(reap_all(&ps, 90000), 0);
-  assert_int_equal(check_done(log, c.target), 2);
-  int n = read_log(log, g_evs, MAX_LINES);
+  spawn_group(&s->ps, &c, 0, 0);
+  spawn_group(&s->ps, &c, 1, 0);
+  assert_int_equal(reap_all(&s->ps, 90000), 0);
+  assert_int_equal(check_done(s->log, c.target), 2);
+  int n = read_log(s->log, g_evs, MAX_LINES);
   double gone = 0, first = 0;
   int refused = 0;
   for (int i = 0; i < n; i++) {
@@ -493,38 +494,26 @@ static void test_split_half_forms_no_quorum(void **state) {
          refused, (first - gone) * 1000);
   assert_true(gone > 0 && first > gone);
   assert_true(refused >= 2);
-  lh_kill(&lh);
-  unlink(log);
-  free(log);
+  scene_end(s);
 }
 
 static void test_lighthouse_restart(void **state) {
   (void)state;
-  g_test++;
   lh_cfg lc = {0, 1, 500, 1000};
-  static lh_proc lh;
-  lh = lh_start(&lc);
-  g_lh = &lh;
-  assert_true(lh.pid > 0);
-  char *log = new_log();
-  run_cfg c = {log, lh.port, 2, 60, 10, 1000, 10000, false, 0};
-  static procs ps; /* static: the teardown reads it after a failure */
-  memset(&ps, 0, sizeof ps);
-  g_ps = &ps;
-  spawn_group(&ps, &c, 0, 0);
-  spawn_group(&ps, &c, 1, 0);
-  wait_committed(log, 0, 0, 15, 60);
-  lh_kill(&lh);
+  scene *s = scene_start(&lc);
+  run_cfg c = {s->log, s->lh.port, 2, 60, 10, 1000, 10000, false, 0};
+  spawn_group(&s->ps, &c, 0, 0);
+  spawn_group(&s->ps, &c, 1, 0);
+  wait_committed(s->log, 0, 0, 15, 60);
+  lh_kill(&s->lh);
   gt_nap_ms(500);
   lc.port = c.lh_port;
-  lh = lh_start(&lc);
-  assert_true(lh.pid > 0);
-  assert_int_equal(lh.port, c.lh_port);
-  assert_int_equal(reap_all(&ps, 90000), 0);
-  assert_int_equal(check_done(log, c.target), 4);
-  lh_kill(&lh);
-  unlink(log);
-  free(log);
+  s->lh = lh_start(&lc);
+  assert_true(s->lh.pid > 0);
+  assert_int_equal(s->lh.port, c.lh_port);
+  assert_int_equal(reap_all(&s->ps, 90000), 0);
+  assert_int_equal(check_done(s->log, c.target), 4);
+  scene_end(s);
 }
 
 int main(void) {
