@@ -94,18 +94,27 @@ static bool write_by(int fd, struct iovec *iov, int n, int64_t deadline) {
   return true;
 }
 
-/* Finishes the DATA frame x had half written to c, so that a reason can
- * follow it on the stream; false if the peer did not take it in time.
- * x's buffer is still the caller's: x has not completed. */
-static bool finish_frame(conn *c, gang__xfer *x, int64_t deadline) {
+/* The bytes of x's DATA frame on c from x->off up to frame offset `lim`
+ * (at least its head): what is left of the head (c->shdr) and of the
+ * payload. Returns how many iovecs it filled. */
+static int frame_iov(conn *c, const gang__xfer *x, size_t lim,
+                     struct iovec iov[2]) {
   size_t head = fabric_frame_head(FRAME_DATA, x->len);
-  struct iovec iov[2];
   int n = 0;
   if (x->off < head)
     iov[n++] = (struct iovec){c->shdr + x->off, head - x->off};
   size_t poff = x->off > head ? x->off - head : 0;
-  if (x->len > poff)
-    iov[n++] = (struct iovec){(uint8_t *)x->buf + poff, x->len - poff};
+  if (lim - head > poff)
+    iov[n++] = (struct iovec){(uint8_t *)x->buf + poff, lim - head - poff};
+  return n;
+}
+
+/* Finishes the DATA frame x had half written to c, so that a reason can
+ * follow it on the stream; false if the peer did not take it in time.
+ * x's buffer is still the caller's: x has not completed. */
+static bool finish_frame(conn *c, gang__xfer *x, int64_t deadline) {
+  struct iovec iov[2];
+  int n = frame_iov(c, x, fabric_frame_head(FRAME_DATA, x->len) + x->len, iov);
   return write_by(c->fd, iov, n, deadline);
 }
 
@@ -269,12 +278,7 @@ void fabric_push_sends(gang__fabric *f, conn *c) {
       fabric_encode_header(c->shdr, FRAME_DATA, x->tag, x->ctx, x->seq, x->len);
     size_t head = fabric_frame_head(FRAME_DATA, x->len);
     struct iovec iov[2];
-    int n = 0;
-    if (x->off < head)
-      iov[n++] = (struct iovec){c->shdr + x->off, head - x->off};
-    size_t poff = x->off > head ? x->off - head : 0;
-    if (lim - head > poff)
-      iov[n++] = (struct iovec){(uint8_t *)x->buf + poff, lim - head - poff};
+    int n = frame_iov(c, x, lim, iov);
     struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
     ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (w < 0) {
