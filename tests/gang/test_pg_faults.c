@@ -182,6 +182,19 @@ typedef struct stop_state {
   atomic_int named; /* survivors whose error names who reached the op */
 } stop_state;
 
+/* Keeps the stopped victim v stopped (not dead) until `want` survivors
+ * have their answer (30 s at most), then kills and reaps it. */
+static int hold_stopped(pid_t v, stop_state *ss, int want) {
+  double t0 = gt_now_s();
+  while (atomic_load(&ss->done) < want && gt_now_s() - t0 < 30)
+    gt_nap_ms(5);
+  kill(v, SIGKILL);
+  kill(v, SIGCONT);
+  int st;
+  RCHECK(waitpid(v, &st, 0) == v);
+  return 0;
+}
+
 /* Runs fn on `size` ranks sharing a fresh stop_state (shared memory the
  * survivors count themselves in); *named gets its count. */
 static int run_with_stop_state(int size, gt_rank_fn fn, int *named) {
@@ -205,16 +218,7 @@ static int stop_rank(int rank, int size, void *arg) {
     kill(v, SIGSTOP);
     /* Keep it stopped (not dead) until every survivor has its answer. */
     stop_state *ss = arg;
-    double t0 = gt_now_s();
-    while (atomic_load(&ss->done) < size - 1 && gt_now_s() - t0 < 30) {
-      struct timespec ts = {0, 5 * 1000 * 1000};
-      nanosleep(&ts, NULL);
-    }
-    kill(v, SIGKILL);
-    kill(v, SIGCONT);
-    int st;
-    RCHECK(waitpid(v, &st, 0) == v);
-    return 0;
+    return hold_stopped(v, ss, size - 1);
   }
   gang_t *g = join(rank, size, 1500);
   float x[4] = {1, 2, 3, 4};
@@ -269,16 +273,7 @@ static int across_rank(int rank, int size, void *arg) {
   if (rank == 3) {
     pid_t v = spawn_victim(rank, size, subgang_then_hang, 1500);
     kill(v, SIGSTOP);
-    double t0 = gt_now_s();
-    while (atomic_load(&ss->done) < size - 1 && gt_now_s() - t0 < 30) {
-      struct timespec ts = {0, 5 * 1000 * 1000};
-      nanosleep(&ts, NULL);
-    }
-    kill(v, SIGKILL);
-    kill(v, SIGCONT);
-    int st;
-    RCHECK(waitpid(v, &st, 0) == v);
-    return 0;
+    return hold_stopped(v, ss, size - 1);
   }
   gang_t *g = join(rank, size, 1500);
   gang_t *sub = NULL;
@@ -316,16 +311,7 @@ static int queued_rank(int rank, int size, void *arg) {
   if (rank == 1) {
     pid_t v = spawn_victim(rank, size, hang, QUEUED_TIMEOUT_MS);
     kill(v, SIGSTOP);
-    double t0 = gt_now_s();
-    while (atomic_load(&ss->done) < 1 && gt_now_s() - t0 < 30) {
-      struct timespec ts = {0, 5 * 1000 * 1000};
-      nanosleep(&ts, NULL);
-    }
-    kill(v, SIGKILL);
-    kill(v, SIGCONT);
-    int st;
-    RCHECK(waitpid(v, &st, 0) == v);
-    return 0;
+    return hold_stopped(v, ss, 1);
   }
   gang_t *g = join(rank, size, QUEUED_TIMEOUT_MS);
   float x[3][4] = {{1}, {2}, {3}};
