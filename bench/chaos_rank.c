@@ -408,7 +408,15 @@ void chaos_rank_main(const plan *p, int rank, int store_port, int trial,
     free(b.out[i]);
   }
   rec->leak_fds = count_fds() - fds0;
-  rec->leak_threads = count_threads() - threads0;
+  /* A joined thread may stay listed in /proc a moment after pthread_join
+   * returns (the kernel unlists it after waking the joiner): up to 1 s. */
+  int threads = count_threads();
+  for (int i = 0; i < 200 && threads > threads0; i++) {
+    struct timespec ts = {0, 5 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    threads = count_threads();
+  }
+  rec->leak_threads = threads - threads0;
   rec->leak_children = chaos_children_of(getpid(), kids, 4) - kids0;
   rec->leak_memfds = scan_shared_memory(NULL);
   atomic_store(&rec->state, R_DONE);

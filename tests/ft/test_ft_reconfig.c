@@ -172,7 +172,7 @@ static int cycles_rank(int rank, int size, void *arg) {
           rank, CYCLES, fds, gt_count_fds(), threads, gt_count_threads(), maps,
           gt_count_shm_maps(), rss, rss_kib());
   RCHECK(gt_count_fds() == fds);
-  RCHECK(gt_count_threads() == threads);
+  RCHECK(gt_count_threads_settled(threads) == threads);
   RCHECK(gt_count_shm_maps() == maps);
 #if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
   /* Sanitizers keep freed memory in quarantine: RSS says nothing there. */

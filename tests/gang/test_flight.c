@@ -283,7 +283,7 @@ static int off_rank(int rank, int size, void *arg) {
   unsetenv("GANG_FLIGHT");
   int threads = gt_count_threads();
   gang_t *g = gt_join("flight-off-", 0, rank, size, 20000, 0);
-  RCHECK(gt_count_threads() == threads);
+  RCHECK(gt_count_threads_settled(threads) == threads);
   RCHECK(usr1_default());
   RCHECK(gang_flight_dump("x") == GANG_INVALID_USAGE);
   RCHECK(strstr(gang_last_error(), "GANG_FLIGHT") != NULL);
@@ -296,7 +296,7 @@ static int off_rank(int rank, int size, void *arg) {
   RCHECK_OK(gang_barrier(g));
   gang_destroy(g);
   RCHECK(usr1_default());
-  RCHECK(gt_count_threads() == threads);
+  RCHECK(gt_count_threads_settled(threads) == threads);
   /* Malformed: creation fails naming the setting. */
   const char *bad[] = {"abc", "-5", "2000000"};
   for (int i = 0; i < 3; i++) {

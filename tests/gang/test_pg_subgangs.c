@@ -80,7 +80,7 @@ static int rank_main(int rank, int size, void *arg) {
     RCHECK(subs[i] != NULL);
   }
   RCHECK(gt_count_fds() == fds);
-  RCHECK(gt_count_threads() == threads);
+  RCHECK(gt_count_threads_settled(threads) == threads);
   /* Each sub-gang works. */
   for (int i = 0; i < 100; i++) {
     int64_t one = 1;

@@ -129,6 +129,15 @@ int gt_count_children(void) {
 }
 int gt_count_threads(void) { return count_dir("/proc/self/task"); }
 
+int gt_count_threads_settled(int want) {
+  int n = gt_count_threads();
+  for (int i = 0; i < 200 && n > want; i++) {
+    gt_nap_ms(5);
+    n = gt_count_threads();
+  }
+  return n;
+}
+
 static char *slurp_fd(int fd) {
   struct stat st;
   size_t n = 0;
@@ -483,13 +492,7 @@ int gt_leak_setup(void **state) {
 int gt_leak_teardown(void **state) {
   leak_state *s = *state;
   int fds = gt_count_fds();
-  int threads = gt_count_threads();
-  /* Threads may take a moment to be gone from /proc after join. */
-  for (int i = 0; i < 200 && threads > s->threads; i++) {
-    struct timespec ts = {0, 5 * 1000 * 1000};
-    nanosleep(&ts, NULL);
-    threads = gt_count_threads();
-  }
+  int threads = gt_count_threads_settled(s->threads);
   int children = gt_count_children();
   int ok = 1;
   if (fds != s->fds) {

@@ -131,6 +131,9 @@ int gt_count_fds(void);
 /* Mappings of a shared-memory arena (memfd "gang-shm") in this process. */
 int gt_count_shm_maps(void);
 int gt_count_threads(void);
+/* gt_count_threads once it is at most `want`, or after a second: a joined
+ * thread may stay listed in /proc a moment after pthread_join returns. */
+int gt_count_threads_settled(int want);
 /* Child processes of this process, running or unreaped. */
 int gt_count_children(void);
 
