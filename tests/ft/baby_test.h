@@ -5,7 +5,6 @@
 #ifndef GANG_TESTS_FT_BABY_TEST_H
 #define GANG_TESTS_FT_BABY_TEST_H
 
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,30 +66,8 @@ static inline char proc_state(const char *path) {
 
 /* The pid of this process's gang-baby child (the only child it has). */
 static inline pid_t baby_pid(void) {
-  DIR *d = opendir("/proc");
-  pid_t found = -1, me = getpid();
-  struct dirent *e;
-  while (d != NULL && (e = readdir(d)) != NULL) {
-    if (e->d_name[0] < '0' || e->d_name[0] > '9')
-      continue;
-    char path[300], buf[512];
-    snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-      continue;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    char *rp = strrchr(buf, ')');
-    char state;
-    int ppid;
-    if (rp != NULL && sscanf(rp + 1, " %c %d", &state, &ppid) == 2 &&
-        ppid == me && strstr(buf, "(gang-baby)") != NULL)
-      found = (pid_t)atoi(e->d_name);
-  }
-  if (d != NULL)
-    closedir(d);
-  return found;
+  pid_t pid = -1;
+  return gt_children("gang-baby", &pid, 1) >= 1 ? pid : -1;
 }
 
 /* Mappings of a subprocess gang's memfd in this process. */

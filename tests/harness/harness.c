@@ -98,12 +98,15 @@ int gt_count_shm_maps(void) {
   return n;
 }
 
-int gt_count_children(void) {
+int gt_children(const char *comm, pid_t *out, int cap) {
   DIR *d = opendir("/proc");
   if (d == NULL)
     return -1;
   int n = 0;
   pid_t me = getpid();
+  char want[64] = "";
+  if (comm != NULL)
+    snprintf(want, sizeof want, "(%s)", comm);
   struct dirent *e;
   while ((e = readdir(d)) != NULL) {
     if (e->d_name[0] < '0' || e->d_name[0] > '9')
@@ -120,13 +123,19 @@ int gt_count_children(void) {
     char *rp = strrchr(buf, ')');
     char state;
     int ppid;
-    if (rp != NULL && sscanf(rp + 1, " %c %d", &state, &ppid) == 2 &&
-        ppid == me)
-      n++;
+    if (rp == NULL || sscanf(rp + 1, " %c %d", &state, &ppid) != 2 ||
+        ppid != me || (comm != NULL && strstr(buf, want) == NULL))
+      continue;
+    if (n < cap)
+      out[n] = (pid_t)atoi(e->d_name);
+    n++;
   }
   closedir(d);
   return n;
 }
+
+int gt_count_children(void) { return gt_children(NULL, NULL, 0); }
+
 int gt_count_threads(void) { return count_dir("/proc/self/task"); }
 
 int gt_count_threads_settled(int want) {

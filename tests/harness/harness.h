@@ -136,6 +136,10 @@ int gt_count_threads(void);
 int gt_count_threads_settled(int want);
 /* Child processes of this process, running or unreaped. */
 int gt_count_children(void);
+/* Child processes of this process named `comm` (NULL: any), running or
+ * unreaped: their pids in out[0..cap), and how many there are (-1 when
+ * /proc cannot be read). */
+int gt_children(const char *comm, pid_t *out, int cap);
 
 /* cmocka setup/teardown that fail the test on leaked fds, threads or
  * unreaped children. */
