@@ -389,6 +389,21 @@ static int check_gather_shape(const gpy_buf *out, const gpy_buf *in, int size) {
   return 0;
 }
 
+/* The gang, and b[0] = output_tensor (written), b[1] = input_tensor
+ * (read) from a[0] and a[1]; NULL with an exception set and nothing held. */
+static gang_t *out_in(PyObject *self, PyObject *const *a, gpy_buf b[2]) {
+  gang_t *g = gpy_gang_handle(self);
+  if (g == NULL)
+    return NULL;
+  if (gpy_buf_get(a[0], GPY_BUF_WRITE, "output_tensor", &b[0]) < 0)
+    return NULL;
+  if (gpy_buf_get(a[1], GPY_BUF_READ, "input_tensor", &b[1]) < 0) {
+    gpy_buf_release(&b[0]);
+    return NULL;
+  }
+  return g;
+}
+
 static PyObject *m_all_gather(PyObject *self, PyObject *const *args,
                               Py_ssize_t nargs, PyObject *kwnames) {
   static const char *const names[] = {"output_tensor", "input_tensor",
@@ -396,16 +411,10 @@ static PyObject *m_all_gather(PyObject *self, PyObject *const *args,
   PyObject *a[3];
   if (parse("all_gather", args, nargs, kwnames, names, 2, a) < 0)
     return NULL;
-  gang_t *g = gpy_gang_handle(self);
+  gpy_buf b[2];
+  gang_t *g = out_in(self, a, b);
   if (g == NULL)
     return NULL;
-  gpy_buf b[2];
-  if (gpy_buf_get(a[0], GPY_BUF_WRITE, "output_tensor", &b[0]) < 0)
-    return NULL;
-  if (gpy_buf_get(a[1], GPY_BUF_READ, "input_tensor", &b[1]) < 0) {
-    gpy_buf_release(&b[0]);
-    return NULL;
-  }
   if (check_gather_shape(&b[0], &b[1], gang_size(g)) < 0 ||
       check_parts(&b[0], &b[1], (size_t)gang_size(g), "output_tensor",
                   "input_tensor") < 0) {
@@ -513,16 +522,10 @@ static PyObject *m_reduce_scatter(PyObject *self, PyObject *const *args,
   if (parse("reduce_scatter", args, nargs, kwnames, names, 2, a) < 0 ||
       as_op(a[2], &op) < 0)
     return NULL;
-  gang_t *g = gpy_gang_handle(self);
+  gpy_buf b[2];
+  gang_t *g = out_in(self, a, b);
   if (g == NULL)
     return NULL;
-  gpy_buf b[2];
-  if (gpy_buf_get(a[0], GPY_BUF_WRITE, "output_tensor", &b[0]) < 0)
-    return NULL;
-  if (gpy_buf_get(a[1], GPY_BUF_READ, "input_tensor", &b[1]) < 0) {
-    gpy_buf_release(&b[0]);
-    return NULL;
-  }
   if (check_parts(&b[1], &b[0], (size_t)gang_size(g), "input_tensor",
                   "output_tensor") < 0) {
     gpy_buf_release(&b[0]);
@@ -550,16 +553,10 @@ static PyObject *m_all_to_all(PyObject *self, PyObject *const *args,
   PyObject *a[3];
   if (parse("all_to_all", args, nargs, kwnames, names, 2, a) < 0)
     return NULL;
-  gang_t *g = gpy_gang_handle(self);
+  gpy_buf b[2];
+  gang_t *g = out_in(self, a, b);
   if (g == NULL)
     return NULL;
-  gpy_buf b[2];
-  if (gpy_buf_get(a[0], GPY_BUF_WRITE, "output_tensor", &b[0]) < 0)
-    return NULL;
-  if (gpy_buf_get(a[1], GPY_BUF_READ, "input_tensor", &b[1]) < 0) {
-    gpy_buf_release(&b[0]);
-    return NULL;
-  }
   size_t size = (size_t)gang_size(g);
   int bad = check_parts(&b[0], &b[1], 1, "output_tensor", "input_tensor");
   if (bad == 0 && b[1].count % size != 0) {
