@@ -73,6 +73,17 @@ static int count_dir(const char *path) {
   return n;
 }
 
+int gt_out_fd(const char *name) {
+  int fd = memfd_create(name, MFD_CLOEXEC);
+  if (fd < 0)
+    return -1;
+  char path[64];
+  snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  int out = open(path, O_RDWR | O_APPEND | O_CLOEXEC);
+  close(fd);
+  return out;
+}
+
 double gt_now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -216,7 +227,7 @@ int gt_run_ranks(int size, gt_rank_fn fn, void *arg, int timeout_ms) {
   fflush(stdout);
   fflush(stderr);
   for (int r = 0; r < size; r++) {
-    fds[r] = memfd_create("gt-rank-out", MFD_CLOEXEC);
+    fds[r] = gt_out_fd("gt-rank-out");
     pids[r] = fork();
     if (pids[r] == 0) {
       dup2(fds[r], 1);
@@ -265,7 +276,7 @@ int gt_run_ranks(int size, gt_rank_fn fn, void *arg, int timeout_ms) {
 
 int gt_run_cmd(char *const argv[], char *const envp[], char **output,
                int timeout_ms) {
-  int fd = memfd_create("gt-cmd-out", MFD_CLOEXEC);
+  int fd = gt_out_fd("gt-cmd-out");
   fflush(stdout);
   fflush(stderr);
   pid_t pid = fork();

@@ -127,6 +127,14 @@ double gt_now_s(void);
 /* Sleeps `ms` milliseconds (a pause, never a synchronisation). */
 void gt_nap_ms(int ms);
 
+/* A memfd for capturing output, opened for appending: processes that
+ * share it (a launcher and its workers, a rank and its children) each add
+ * whole writes. The descriptor memfd_create returns does not serialise
+ * the file position between processes, and two writes at once then land
+ * at the same offset: one line overwrote another in test_gangrun's
+ * replica groups. Close-on-exec; read it with pread. */
+int gt_out_fd(const char *name);
+
 int gt_count_fds(void);
 /* Mappings of a shared-memory arena (memfd "gang-shm") in this process. */
 int gt_count_shm_maps(void);

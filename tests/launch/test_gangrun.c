@@ -395,7 +395,7 @@ static void test_term_grace(void **state) {
 
 /* Starts gangrun in the background with output to a memfd. */
 static pid_t start(int *outfd, const char *dir, char *const argv[]) {
-  *outfd = memfd_create("gangrun-out", MFD_CLOEXEC);
+  *outfd = gt_out_fd("gangrun-out");
   fflush(stdout);
   fflush(stderr);
   pid_t pid = fork();

@@ -79,7 +79,7 @@ static char *run_bench_for(int size, const char *const *args, int timeout_ms) {
   launch l = {.argv = argv, .port = sp.port};
   snprintf(l.run_id, sizeof l.run_id, "bench-%d-%d", (int)getpid(),
            run_counter++);
-  l.out_fd = memfd_create("bench-out", MFD_CLOEXEC);
+  l.out_fd = gt_out_fd("bench-out");
   assert_true(l.out_fd >= 0);
   int rc = gt_run_ranks(size, exec_rank, &l, timeout_ms);
   char *out = slurp(l.out_fd);
