@@ -71,34 +71,9 @@
 
 #include "chaos.h"
 #include "gang/store.h"
+#include "store_proc.h"
 
 /* ---- The store, samples and totals --------------------------------------- */
-
-/* The store server, forked before anything else so no lock is held. */
-static pid_t start_store(int *port) {
-  int fds[2];
-  if (pipe(fds) != 0)
-    return -1;
-  pid_t pid = fork();
-  if (pid == 0) {
-    close(fds[0]);
-    gang_store_server *srv = NULL;
-    gang_store_server_options o = GANG_STORE_SERVER_OPTIONS_INIT;
-    o.secret = "";
-    int p = -1;
-    if (gang_store_server_start(&o, &srv) == GANG_OK)
-      p = gang_store_server_port(srv);
-    if (write(fds[1], &p, sizeof p) != sizeof p)
-      _exit(1);
-    for (;;)
-      pause();
-  }
-  close(fds[1]);
-  if (read(fds[0], port, sizeof *port) != sizeof *port)
-    *port = -1;
-  close(fds[0]);
-  return pid;
-}
 
 /* A port nobody listens on now, for a rank 0 to host its store at. */
 static int free_port(void) {
@@ -797,7 +772,7 @@ int main(int argc, char **argv) {
   /* Orphans of the ranks come back to us, to be counted. */
   prctl(PR_SET_CHILD_SUBREAPER, 1);
   int port = -1;
-  pid_t store = start_store(&port);
+  pid_t store = bench_store_start(&port);
   if (store < 0 || port <= 0) {
     fprintf(stderr, "chaos_bench: the store did not start\n");
     return 1;

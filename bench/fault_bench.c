@@ -24,6 +24,7 @@
 
 #include "gang/gang.h"
 #include "gang/store.h"
+#include "store_proc.h"
 
 #define MAX_RANKS 64
 
@@ -49,32 +50,6 @@ static void pause_ms(int ms) {
 static int cmp_ll(const void *a, const void *b) {
   long long x = *(const long long *)a, y = *(const long long *)b;
   return (x > y) - (x < y);
-}
-
-/* The store server, forked before anything else so no lock is held. */
-static pid_t start_store(int *port) {
-  int fds[2];
-  if (pipe(fds) != 0)
-    return -1;
-  pid_t pid = fork();
-  if (pid == 0) {
-    close(fds[0]);
-    gang_store_server *srv = NULL;
-    gang_store_server_options o = GANG_STORE_SERVER_OPTIONS_INIT;
-    o.secret = "";
-    int p = -1;
-    if (gang_store_server_start(&o, &srv) == GANG_OK)
-      p = gang_store_server_port(srv);
-    if (write(fds[1], &p, sizeof p) != sizeof p)
-      _exit(1);
-    for (;;)
-      pause();
-  }
-  close(fds[1]);
-  if (read(fds[0], port, sizeof *port) != sizeof *port)
-    *port = -1;
-  close(fds[0]);
-  return pid;
 }
 
 static void rank_main(int rank, int n, int port, int trial, int busy,
@@ -141,7 +116,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   int port = -1;
-  pid_t store = start_store(&port);
+  pid_t store = bench_store_start(&port);
   if (store < 0 || port <= 0) {
     fprintf(stderr, "fault_bench: the store did not start\n");
     return 1;
