@@ -32,21 +32,9 @@
 static int g_round;
 
 static gang_store *ctl(void) {
-  char addr[64];
-  snprintf(addr, sizeof addr, "127.0.0.1:%d/promises%d", gt_store_port(),
-           g_round);
-  gang_store_options so = GANG_STORE_OPTIONS_INIT;
-  so.timeout_ms = 30000;
-  gang_store *st = NULL;
-  RCHECK_OK(gang_store_connect(addr, &so, &st));
-  return st;
-}
-
-static void wait_key(gang_store *st, const char *key) {
-  void *v = NULL;
-  size_t n = 0;
-  RCHECK_OK(gang_store_get(st, key, &v, &n));
-  gang_store_free(v);
+  char ns[32];
+  snprintf(ns, sizeof ns, "promises%d", g_round);
+  return gt_store_at(ns);
 }
 
 /* ---- A work freed unfinished ------------------------------------------- */
@@ -65,7 +53,7 @@ static int freed_rank(int rank, int size, void *arg) {
     RCHECK(strstr(gang_get_last_error(g), "freed before it completed") != NULL);
     RCHECK_OK(gang_store_set(st, "freed", "1", 1));
   } else {
-    wait_key(st, "freed");
+    gt_wait_key(st, "freed");
     /* What rank 0 had contributed may let this all_reduce finish; the
      * abort then fails the next call. Either comes at once. */
     double t0 = gt_now_s();
@@ -105,7 +93,7 @@ static int world_rank(int rank, int size, void *arg) {
     gang_abort(g);
     RCHECK_OK(gang_store_set(st, "aborted", "1", 1));
   } else {
-    wait_key(st, "aborted");
+    gt_wait_key(st, "aborted");
     double t0 = gt_now_s();
     gang_status s = GANG_OK;
     /* Rank 2's abort reaches us over the world's connections; the pair's
@@ -153,7 +141,7 @@ static int wrong_len_rank(int rank, int size, void *arg) {
     for (size_t i = 0; i < sizeof msg; i++)
       msg[i] = (unsigned char)(i * 7 + 1);
     if (!c->early)
-      wait_key(st, "posted");
+      gt_wait_key(st, "posted");
     /* The receiver's failure reaches the sender's next call: posted first,
      * that may already be the second send (the receiver fails as soon as
      * the first frame arrives); early, the receiver needs the second. */

@@ -464,6 +464,23 @@ int gt_store_group_teardown(void **state) {
 
 int gt_store_port(void) { return group_store.port; }
 
+gang_store *gt_store_at(const char *ns) {
+  char addr[160];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d/%s", group_store.port, ns);
+  gang_store_options so = GANG_STORE_OPTIONS_INIT;
+  so.timeout_ms = 60000;
+  gang_store *st = NULL;
+  RCHECK_OK(gang_store_connect(addr, &so, &st));
+  return st;
+}
+
+void gt_wait_key(gang_store *st, const char *key) {
+  void *v = NULL;
+  size_t n = 0;
+  RCHECK_OK(gang_store_get(st, key, &v, &n));
+  gang_store_free(v);
+}
+
 gang_t *gt_join(const char *ns, int round, int rank, int size,
                 int64_t timeout_ms, int check) {
   char addr[160];

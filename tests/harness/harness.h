@@ -88,6 +88,13 @@ int gt_store_group_setup(void **state);
 int gt_store_group_teardown(void **state);
 int gt_store_port(void);
 
+/* In a rank: a client of the group's store under namespace `ns` with a
+ * 60 s timeout, for ranks to order their steps; exits the rank on failure. */
+struct gang_store;
+struct gang_store *gt_store_at(const char *ns);
+/* In a rank: waits (the client's timeout) until `key` is set. */
+void gt_wait_key(struct gang_store *st, const char *key);
+
 /* In a rank: joins the gang of `size` ranks that rendezvous under
  * "<ns><round>" in the group's store, with the given timeout and signature
  * check (1 on, 0 default). Exits the rank (RCHECK) on failure. */

@@ -25,23 +25,6 @@
 
 enum { SILENT = 100, HALF = 10 };
 
-static gang_store *store_at(const char *ns) {
-  char addr[96];
-  snprintf(addr, sizeof addr, "127.0.0.1:%d/%s", gt_store_port(), ns);
-  gang_store_options so = GANG_STORE_OPTIONS_INIT;
-  so.timeout_ms = 60000;
-  gang_store *st = NULL;
-  RCHECK_OK(gang_store_connect(addr, &so, &st));
-  return st;
-}
-
-static void wait_key(gang_store *st, const char *key) {
-  void *v = NULL;
-  size_t n = 0;
-  RCHECK_OK(gang_store_get(st, key, &v, &n));
-  gang_store_free(v);
-}
-
 /* Rank 1's time to a ready gang of two. */
 static double join_time(const char *ns, int rank) {
   double t0 = gt_now_s();
@@ -56,13 +39,13 @@ static double join_time(const char *ns, int rank) {
 
 static int stranger_rank(int rank, int size, void *arg) {
   (void)size, (void)arg;
-  gang_store *ctl = store_at("ctl");
+  gang_store *ctl = gt_store_at("ctl");
   if (rank == 0) {
     (void)join_time("base", 0);
     (void)join_time("strangers", 0);
   } else if (rank == 1) {
     double base = join_time("base", 1);
-    wait_key(ctl, "ready"); /* the strangers are in */
+    gt_wait_key(ctl, "ready"); /* the strangers are in */
     double with = join_time("strangers", 1);
     fprintf(stderr,
             "rank 1's setup: %.3f s alone, %.3f s after %d silent and %d "
@@ -72,7 +55,7 @@ static int stranger_rank(int rank, int size, void *arg) {
     RCHECK(with < base + SLACK_S);
   } else {
     /* The stranger: rank 0's fabric address, from the store. */
-    gang_store *st = store_at("strangers0");
+    gang_store *st = gt_store_at("strangers0");
     void *v = NULL;
     size_t n = 0;
     RCHECK_OK(gang_store_get(st, "fabric/addr/0", &v, &n));
@@ -97,7 +80,7 @@ static int stranger_rank(int rank, int size, void *arg) {
       }
     }
     RCHECK_OK(gang_store_set(ctl, "ready", "1", 1));
-    wait_key(ctl, "done");
+    gt_wait_key(ctl, "done");
     for (int i = 0; i < SILENT + HALF; i++)
       close(fds[i]);
     gang_store_close(st);
