@@ -78,7 +78,7 @@ static void accept_some(gang_store_server *s, int64_t now) {
 static int next_timeout_ms(gang_store_server *s, int64_t now) {
   if (s->run_head)
     return 0;
-  int64_t next = GANG_DEADLINE_NONE;
+  int64_t next = s->retired ? s->retire_by : GANG_DEADLINE_NONE;
   if (s->hs_head && s->hs_head->hs_deadline < next)
     next = s->hs_head->hs_deadline;
   for (conn *c = s->parked; c; c = c->pk_next)
@@ -117,6 +117,66 @@ static void expire(gang_store_server *s, int64_t now) {
   }
 }
 
+/* ---- Retired servers ------------------------------------------------------
+ *
+ * A server whose owner gave it up while clients still use it (the rank
+ * that hosts a world's store leaving before its peers, src/gang/pg.c and
+ * pg_exit.c) serves them until the last one closes its connection, or its
+ * time is up, then frees itself. How many such servers still run is the
+ * one process-wide thing of this layer: a process that exits waits for
+ * them (gang__store_server_wait_retired), and joins their threads, so
+ * that none is still ending (its thread-local state, OpenSSL's included,
+ * being torn down) when the process's exit handlers free what it used. */
+typedef struct retiree {
+  pthread_t thread;
+  bool done; /* its loop ended and it freed its server */
+  struct retiree *next;
+} retiree;
+
+static pthread_mutex_t retired_mu = PTHREAD_MUTEX_INITIALIZER;
+static retiree *retirees;
+static pid_t retired_pid; /* whose they are: a forked child has none */
+
+/* Joins the retired servers' threads that are done; how many still run.
+ * Called with retired_mu held. */
+static int reap_locked(void) {
+  if (retired_pid != getpid()) {
+    retirees = NULL; /* a forked child: the threads are its parent's */
+    retired_pid = getpid();
+  }
+  int running = 0;
+  for (retiree **p = &retirees; *p != NULL;) {
+    retiree *r = *p;
+    if (!r->done) {
+      running++;
+      p = &r->next;
+      continue;
+    }
+    *p = r->next;
+    pthread_join(r->thread, NULL);
+    free(r);
+  }
+  return running;
+}
+
+static void server_free(gang_store_server *s);
+
+/* The owner's request came: no new clients (the listener closes, so the
+ * port is free at once), and stop when the last one leaves. */
+static void take_up_retire(gang_store_server *s) {
+  s->retired = true;
+  if (s->lfd >= 0) {
+    epoll_ctl(s->epfd, EPOLL_CTL_DEL, s->lfd, NULL);
+    close(s->lfd);
+    s->lfd = -1;
+    s->accept_paused = false;
+  }
+  GANG_INFO(STORE,
+            "store server on port %d: its owner left; it serves its %d "
+            "client(s) until they leave",
+            s->port, s->nconns);
+}
+
 static void *server_main(void *arg) {
   gang_store_server *s = arg;
   struct epoll_event evs[256];
@@ -131,7 +191,12 @@ static void *server_main(void *arg) {
     for (int i = 0; i < n; i++) {
       void *p = evs[i].data.ptr;
       if (p == &tag_stop) {
-        stop = true;
+        uint64_t v;
+        (void)!read(s->evfd, &v, sizeof v);
+        if (atomic_load(&s->retire) && !s->retired)
+          take_up_retire(s);
+        else
+          stop = true;
       } else if (p == &tag_listener) {
         accept_some(s, now);
       } else {
@@ -175,6 +240,23 @@ static void *server_main(void *arg) {
       }
     }
     s->dead = keep;
+    if (s->retired && (s->nconns == 0 || (s->retire_by != GANG_DEADLINE_NONE &&
+                                          gang__now_ns() >= s->retire_by)))
+      stop = true;
+  }
+  if (s->retired) {
+    if (s->nconns > 0)
+      GANG_WARN(STORE,
+                "store server on port %d: %d client(s) still connected when "
+                "its time after its owner left ran out (GANG_STORE_LINGER): "
+                "they lose the store",
+                s->port, s->nconns);
+    GANG_INFO(STORE, "store server on port %d stopped", s->port);
+    retiree *me = s->retiree;
+    server_free(s);
+    pthread_mutex_lock(&retired_mu);
+    me->done = true;
+    pthread_mutex_unlock(&retired_mu);
   }
   return NULL;
 }
@@ -282,6 +364,8 @@ gang_status gang_store_server_start(const gang_store_server_options *opts,
   s->lfd = s->epfd = s->evfd = -1;
   atomic_init(&s->nparked, 0);
   atomic_init(&s->last_request, gang__now_ns());
+  atomic_init(&s->nclients, 0);
+  atomic_init(&s->retire, false);
   snprintf(s->host, sizeof s->host, "%s", host);
   gang_status st;
   uint32_t max_key, max_value, max_clients;
@@ -388,6 +472,54 @@ void gang__store_server_wait_idle(gang_store_server *srv, int64_t quiet_ms,
       return;
     /* Nothing to wait on: the server's thread signals nobody. The state
      * is looked at every few milliseconds until it holds or the limit. */
+    struct timespec ts = {0, 5 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+int gang__store_server_clients(gang_store_server *srv) {
+  return srv == NULL
+             ? 0
+             : atomic_load_explicit(&srv->nclients, memory_order_relaxed);
+}
+
+void gang__store_server_retire(gang_store_server *srv, int64_t limit_ms) {
+  if (srv == NULL)
+    return;
+  if (gang__store_server_clients(srv) == 0) {
+    gang_store_server_stop(srv);
+    return;
+  }
+  retiree *r = calloc(1, sizeof *r);
+  if (r == NULL) { /* nowhere to note it: stop it now instead */
+    gang_store_server_stop(srv);
+    return;
+  }
+  r->thread = srv->thread;
+  srv->retiree = r;
+  srv->retire_by =
+      limit_ms < 0 ? GANG_DEADLINE_NONE : gang__deadline_in_ms(limit_ms);
+  pthread_mutex_lock(&retired_mu);
+  (void)reap_locked();
+  r->next = retirees;
+  retirees = r;
+  pthread_mutex_unlock(&retired_mu);
+  atomic_store(&srv->retire, true);
+  uint64_t one = 1;
+  ssize_t w;
+  do
+    w = write(srv->evfd, &one, sizeof one);
+  while (w < 0 && errno == EINTR);
+}
+
+int gang__store_server_wait_retired(int64_t deadline) {
+  for (;;) {
+    pthread_mutex_lock(&retired_mu);
+    int n = reap_locked();
+    pthread_mutex_unlock(&retired_mu);
+    if (n == 0 || gang__deadline_passed(deadline))
+      return n;
+    /* They tell nobody when they stop: look every few milliseconds. */
     struct timespec ts = {0, 5 * 1000 * 1000};
     nanosleep(&ts, NULL);
   }

@@ -1,6 +1,7 @@
-/* Internal calls on a store server (gang/store.h's gang_store_server) for
- * the layers above the store: a gang's world hosts one on rank 0 when no
- * launcher does (src/gang/pg_world.c). */
+/* Internal calls on a store server (gang/store.h's gang_store_server) and
+ * on a client of one, for the layers above the store: a gang's world
+ * hosts one on rank 0 when no launcher does (src/gang/pg_world.c), and
+ * keeps it while its peers need it (src/gang/pg_exit.c). */
 #ifndef GANG_STORE_SERVER_H
 #define GANG_STORE_SERVER_H
 
@@ -14,5 +15,30 @@
  * the middle of an exchange with it. NULL returns at once. Any thread. */
 void gang__store_server_wait_idle(gang_store_server *srv, int64_t quiet_ms,
                                   int64_t limit_ms);
+
+/* How many client connections srv has open now (handshakes included).
+ * Any thread. */
+int gang__store_server_clients(gang_store_server *srv);
+
+/* The owner gives srv up: when no client is connected it stops it at
+ * once (gang_store_server_stop); otherwise the server closes its listener
+ * (no new clients; the port is free at once), serves the clients it has
+ * until the last one leaves, or limit_ms from now (< 0: no limit), then
+ * stops and frees itself on its own thread. srv must not be used after.
+ * Any thread. */
+void gang__store_server_retire(gang_store_server *srv, int64_t limit_ms);
+
+/* Waits until every retired server of this process has stopped, or until
+ * `deadline` (gang__now_ns time, GANG_DEADLINE_NONE: no limit). Returns
+ * how many still run. A process that exits calls it (pg_exit.c). */
+int gang__store_server_wait_retired(int64_t deadline);
+
+/* Ends st's connection to its server now and keeps the handle, whose
+ * later calls fail with GANG_ABORTED quoting `why`: the process that
+ * hosts the server takes its own client off the server's count before it
+ * waits for the others to leave (src/gang/pg_exit.c). Waits for a call in
+ * flight on st to end. Nothing for a store without a connection (the file
+ * store). Any thread. */
+void gang__store_disconnect(gang_store *st, const char *why);
 
 #endif

@@ -135,6 +135,7 @@ void store_conn_open(gang_store_server *s, int fd, int64_t now) {
     s->all->prev = c;
   s->all = c;
   s->nconns++;
+  atomic_store_explicit(&s->nclients, s->nconns, memory_order_relaxed);
   GANG_TRACE(STORE, "store server: accepted %s (%d connections)", c->peer,
              s->nconns);
 }
@@ -166,6 +167,7 @@ void store_conn_close(gang_store_server *s, conn *c) {
   if (c->next)
     c->next->prev = c->prev;
   s->nconns--;
+  atomic_store_explicit(&s->nclients, s->nconns, memory_order_relaxed);
   c->dead_next = s->dead;
   s->dead = c;
 }

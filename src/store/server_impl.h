@@ -66,6 +66,13 @@ struct gang_store_server {
    * now, and when the last request was taken up. */
   atomic_int nparked;
   _Atomic int64_t last_request;
+  atomic_int nclients; /* nconns, for gang__store_server_clients */
+  /* gang__store_server_retire: the owner gave the server up; it stops by
+   * itself (and frees itself) once it has no client, or at retire_by. */
+  atomic_bool retire;
+  int64_t retire_by;       /* set before retire; GANG_DEADLINE_NONE: no limit */
+  bool retired;            /* the loop took it up (server thread only) */
+  struct retiree *retiree; /* its entry among the retired (server.c) */
 };
 
 /* Makes a connection of the accepted socket fd, which it owns from now on

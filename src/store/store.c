@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/hostport.h"
 #include "core/options.h"
+#include "server.h"
 #include "store_impl.h"
 
 /* A handle on a backend: its default timeout from opts or
@@ -184,6 +185,17 @@ static void keys_free(keyset *ks) {
 
 static gang_store *backend(gang_store *st) {
   return st->inner ? st->inner : st;
+}
+
+void gang__store_disconnect(gang_store *st, const char *why) {
+  if (st == NULL)
+    return;
+  gang_store *b = backend(st);
+  if (b->ops == NULL || b->ops->disconnect == NULL)
+    return;
+  pthread_mutex_lock(&b->mu);
+  b->ops->disconnect(b, why);
+  pthread_mutex_unlock(&b->mu);
 }
 
 static int64_t deadline_of(const gang_store *st, int64_t timeout_ms) {

@@ -64,6 +64,9 @@ typedef struct gang__store_ops {
                            size_t n, int64_t deadline);
   /* Frees the backend's state; the generic part frees the handle. */
   void (*close)(gang_store *st);
+  /* Optional: ends the connection now, keeping the handle, whose later
+   * calls fail (gang__store_disconnect). Called under the handle's lock. */
+  void (*disconnect)(gang_store *st, const char *why);
 } gang__store_ops;
 
 struct gang_store {

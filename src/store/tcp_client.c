@@ -231,6 +231,18 @@ static void tcp_close(gang_store *st) {
 
 /* ---- Calls -------------------------------------------------------------- */
 
+static gang_status break_conn(tcp_client *c, gang_status st);
+
+static void tcp_disconnect(gang_store *st, const char *why) {
+  tcp_client *c = impl_of(st);
+  if (c == NULL || c->broken != GANG_OK)
+    return;
+  gang__error(GANG_ABORTED, "store client of %s: disconnected: %s", c->peer,
+              why);
+  (void)break_conn(c, GANG_ABORTED);
+  gang_clear_error();
+}
+
 /* Marks the connection broken with the current detail; returns st. */
 static gang_status break_conn(tcp_client *c, gang_status st) {
   c->broken = st;
@@ -669,4 +681,5 @@ const gang__store_ops gang__store_tcp_ops = {
     .multi_get = tcp_multi_get,
     .multi_set = tcp_multi_set,
     .close = tcp_close,
+    .disconnect = tcp_disconnect,
 };
