@@ -94,6 +94,7 @@ static void check_status(run *r) {
   case GANG_OK:
     break;
   case GANG_PEER_LOST:
+  case GANG_PEER_LEFT:
   case GANG_TIMEOUT:
   case GANG_ABORTED:
   case GANG_MISMATCH:

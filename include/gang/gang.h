@@ -91,7 +91,13 @@ GANG_API gang_status gang_create_fake(gang_device device, int rank, int size,
 GANG_API void gang_abort(gang_t *g);
 
 /* Destroys the gang and everything it owns. Always safe (after errors, on a
- * half-built gang, NULL). Not collective. */
+ * half-built gang, NULL). Not collective. With the world's last gang this
+ * rank leaves its world: its peers are told (a collective that needs it
+ * then fails at once on them with GANG_PEER_LEFT; the others go on), and
+ * a rank that hosts the store keeps serving it on a thread of its own
+ * while peers still use it (docs/gang.md, "Lifecycle"). A process that
+ * exits (returns from main, calls exit()) with gangs open leaves the same
+ * way, through an exit handler; one that crashes is lost to its peers. */
 GANG_API void gang_destroy(gang_t *g);
 
 /* Writes the flight recorder's record of every gang of this process (the

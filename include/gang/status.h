@@ -28,7 +28,8 @@ extern "C" {
   X(NO_MEMORY, 11, "out of memory or over a configured cap")                   \
   X(SYSTEM, 12, "system call failed")                                          \
   X(INTERNAL, 13, "internal error")                                            \
-  X(NOT_FOUND, 14, "not found")
+  X(NOT_FOUND, 14, "not found")                                                \
+  X(PEER_LEFT, 15, "peer left (it ended normally before this operation)")
 
 typedef enum gang_status {
 #define GANG__STATUS_ENUM(name, value, msg) GANG_##name = value,

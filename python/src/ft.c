@@ -327,10 +327,10 @@ static PyObject *mgr_report_error(PyObject *self, PyObject *args) {
   const char *detail = NULL;
   if (!PyArg_ParseTuple(args, "iz:report_error", &st, &detail))
     return NULL;
-  if (st <= GANG_OK || st > GANG_NOT_FOUND)
+  if (st <= GANG_OK || st >= GPY_STATUS_COUNT)
     return gpy_raise_fmt(GANG_INVALID_ARGUMENT,
                          "`status` must be an error status (1..%d), not %d",
-                         (int)GANG_NOT_FOUND, st);
+                         GPY_STATUS_COUNT - 1, st);
   gang_manager *m = mgr_handle(self);
   if (m == NULL)
     return NULL;
@@ -673,10 +673,10 @@ static PyObject *py_swallow_report(PyObject *mod, PyObject *args) {
   if (!PyArg_ParseTuple(args, "O!iz:_swallow_report", &gpy_gang_type, &gobj,
                         &st, &detail))
     return NULL;
-  if (st <= GANG_OK || st > GANG_NOT_FOUND)
+  if (st <= GANG_OK || st >= GPY_STATUS_COUNT)
     return gpy_raise_fmt(GANG_INVALID_ARGUMENT,
                          "`status` must be an error status (1..%d), not %d",
-                         (int)GANG_NOT_FOUND, st);
+                         GPY_STATUS_COUNT - 1, st);
   gang_t *g = gpy_gang_handle(gobj);
   if (g == NULL)
     return NULL;

@@ -38,6 +38,10 @@ PyObject *gpy_error_new(gang_status st, const char *detail);
 /* The exception class of a status (borrowed). */
 PyObject *gpy_error_class(gang_status st);
 
+/* How many gang_status codes there are (0 .. GPY_STATUS_COUNT - 1). */
+#define GPY_STATUS_COUNT_ONE(name, value, msg) +1
+#define GPY_STATUS_COUNT (0 GANG_STATUS_LIST(GPY_STATUS_COUNT_ONE))
+
 /* ---- buffers (buffer.c) ------------------------------------------------- */
 
 typedef struct gpy_buf {

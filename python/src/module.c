@@ -18,10 +18,11 @@ typedef struct err_def {
   const char *name;
   const char *doc;
   PyObject **builtin; /* second base, or NULL */
+  gang_status parent; /* or a class listed before it as the only base */
 } err_def;
 
 static PyObject *gang_error; /* GangError */
-static PyObject *classes[GANG_NOT_FOUND + 1];
+static PyObject *classes[GPY_STATUS_COUNT];
 
 static const err_def err_defs[] = {
     {GANG_IN_PROGRESS, "InProgressError", "The operation has not finished.",
@@ -52,6 +53,10 @@ static const err_def err_defs[] = {
     {GANG_INTERNAL, "InternalError", "An internal error.", NULL},
     {GANG_NOT_FOUND, "NotFoundError", "Not found (also a LookupError).",
      &PyExc_LookupError},
+    {GANG_PEER_LEFT, "PeerLeftError",
+     "A peer ended normally (its process exited, or it destroyed its gang) "
+     "before an operation that needed it (also a PeerLostError).",
+     NULL, GANG_PEER_LOST},
 };
 
 PyObject *gpy_error_class(gang_status st) {
@@ -209,8 +214,9 @@ static int add_errors(PyObject *m) {
     const err_def *d = &err_defs[i];
     char qual[96];
     snprintf(qual, sizeof qual, "gang.%s", d->name);
-    PyObject *bases = d->builtin ? PyTuple_Pack(2, gang_error, *d->builtin)
-                                 : PyTuple_Pack(1, gang_error);
+    PyObject *bases = d->parent    ? PyTuple_Pack(1, classes[d->parent])
+                      : d->builtin ? PyTuple_Pack(2, gang_error, *d->builtin)
+                                   : PyTuple_Pack(1, gang_error);
     if (bases == NULL)
       return -1;
     PyObject *cls = PyErr_NewExceptionWithDoc(qual, d->doc, bases, NULL);

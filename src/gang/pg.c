@@ -26,7 +26,10 @@ static const gang__ops pg_ops;
  * Peers diagnose a timeout through it (pg_diag.c), even when this rank saw
  * another failure (a peer that timed out and closed its connection before
  * it could say why), and a program that destroys its gang right after its
- * error would otherwise take the store away in the middle of theirs. */
+ * error would otherwise take the store away in the middle of theirs.
+ * A healthy world's host that leaves before its peers retires the server
+ * instead: it serves them until they have all closed their connections
+ * (at most GANG_STORE_LINGER), on its own thread, and destroy returns. */
 void gang__pg_world_release(pg_world *w) {
   if (w == NULL)
     return;
@@ -35,6 +38,7 @@ void gang__pg_world_release(pg_world *w) {
   pthread_mutex_unlock(&w->mu);
   if (left > 0)
     return;
+  gang__pg_exit_remove(w);
   bool failed = w->server != NULL && w->fabric != NULL &&
                 gang__fabric_status(w->fabric, NULL, 0) != GANG_OK;
   gang__shm_destroy(w->shm);
@@ -43,9 +47,12 @@ void gang__pg_world_release(pg_world *w) {
   if (failed)
     gang__pg_diag_linger(w);
   gang_store_close(w->store);
-  if (failed)
+  if (failed) {
     gang__store_server_wait_idle(w->server, 50, 2 * w->diag_budget_ms);
-  gang_store_server_stop(w->server);
+    gang_store_server_stop(w->server);
+  } else {
+    gang__store_server_retire(w->server, w->linger_ms);
+  }
   pthread_mutex_destroy(&w->mu);
   free(w);
 }

@@ -26,8 +26,12 @@ int64_t gang__pg_diag_budget_ms(int64_t timeout_ms) {
  * failure, and names the rank whose process hosts the store, if one does:
  * a store that does not answer means that rank does not either. */
 static void no_diagnosis(pg *p, const char *detail, const gang_work *w) {
-  char host[96] = "";
-  if (p->w->store_host >= 0)
+  char host[600] = "", left[400];
+  if (p->w->store_host >= 0 &&
+      gang__fabric_peer_left(p->w->fabric, p->w->store_host, left, sizeof left))
+    snprintf(host, sizeof host,
+             "; the store's host %s and the store went with it", left);
+  else if (p->w->store_host >= 0)
     snprintf(host, sizeof host, "; world rank %d hosts the store%s",
              p->w->store_host,
              gang_last_status() == GANG_TIMEOUT ? " and does not answer either"
@@ -100,8 +104,10 @@ static bool absent_elsewhere(gang_t *g, const bool *missing, char *buf,
     bool there = false;
     if (gang_store_check(p->w->store, &k, 1, &there) != GANG_OK)
       return false;
-    if (!there && o + 16 < cap)
-      o += (size_t)snprintf(buf + o, cap - o, "%s%d", o ? "," : "", r);
+    bool left = !there && gang__fabric_peer_left(p->w->fabric, r, NULL, 0);
+    if (!there && o + 24 < cap)
+      o += (size_t)snprintf(buf + o, cap - o, "%s%d%s", o ? "," : "", r,
+                            left ? " (left)" : "");
   }
   return true;
 }

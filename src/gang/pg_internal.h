@@ -13,9 +13,11 @@
  *   pg_call.c   what those share: names of calls, a channel prepared for a
  *               call, the algorithms' view of a TCP call
  *   pg_addr.c   the address this rank listens on
+ *   pg_exit.c   the process's exit with worlds open: their ranks leave
  *
  * Calls go one way: pg_world -> pg -> pg_queue / pg_p2p; pg_queue ->
- * pg_exec -> pg_hier -> pg_call; pg_queue -> pg_diag; pg_world -> pg_addr.
+ * pg_exec -> pg_hier -> pg_call; pg_queue -> pg_diag; pg_world -> pg_addr;
+ * pg_world, pg -> pg_exit -> pg_diag.
  * None of this is thread-safe unless said. */
 #ifndef GANG_GANG_PG_INTERNAL_H
 #define GANG_GANG_PG_INTERNAL_H
@@ -26,6 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/queue.h>
+#include <sys/types.h>
 
 #include "algo/algo.h"
 #include "algo/select.h"
@@ -59,6 +62,11 @@ typedef struct pg_world {
   bool shm_everywhere; /* every host's ranks share memory (or are alone) */
   algo_choice choice;  /* GANG_ALGO's overrides */
   char name[256];      /* the store address: the world's name */
+  /* The process's exit with the world open (pg_exit.c). */
+  pid_t pid;                  /* the process that made it */
+  int64_t linger_ms;          /* GANG_STORE_LINGER, for the store's host */
+  bool listed;                /* on pg_exit.c's list (under its lock) */
+  TAILQ_ENTRY(pg_world) live; /* ... there */
 } pg_world;
 
 /* A gang over several hosts, some with several of its members: all_reduce,
@@ -117,6 +125,16 @@ void gang__pg_world_release(pg_world *w);
 /* g's world failed (`why`): dumps the flight records of the world's gangs,
  * the first time only; nothing when g records nothing. */
 void gang__pg_flight_failed(gang_t *g, const char *why);
+
+/* ---- pg_exit.c ---- */
+
+/* Puts w on the process's list of live worlds, whose ranks leave when
+ * the process exits with them open (the exit handler, installed on the
+ * first call). */
+void gang__pg_exit_add(pg_world *w);
+/* Takes w off that list (before it is freed); waits for an exit handler
+ * that is making it leave. */
+void gang__pg_exit_remove(pg_world *w);
 
 /* ---- pg_addr.c ---- */
 

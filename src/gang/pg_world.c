@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/clock.h"
 #include "core/config.h"
@@ -94,6 +95,14 @@ static gang_status create(const gang_options *opts, const char *store_addr,
   gang__fabric_config cfg = {rank, size, w->store, host,
                              gang__deadline_in_ms(timeout_ms)};
   GANG_CHECK_GOTO(gang__fabric_create(&cfg, &w->fabric), st, fail);
+  /* From here on the peers know this rank: it must say goodbye if its
+   * process exits with the world open. */
+  w->pid = getpid();
+  w->linger_ms = timeout_ms;
+  if (gang__setting_is_set(GANG_SETTING_STORE_LINGER))
+    GANG_CHECK_GOTO(gang__setting_int(GANG_SETTING_STORE_LINGER, &w->linger_ms),
+                    st, fail);
+  gang__pg_exit_add(w);
   if (size > 1) {
     w->hosts = malloc(sizeof *w->hosts * (size_t)size);
     if (w->hosts == NULL) {

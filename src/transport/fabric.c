@@ -24,11 +24,14 @@ size_t gang__fabric_peer_piece(const gang__fabric *f, int peer) {
                                                         : 0;
 }
 
-bool gang__fabric_peer_left(gang__fabric *f, int peer) {
+bool gang__fabric_peer_left(gang__fabric *f, int peer, char *why, size_t cap) {
   if (peer < 0 || peer >= f->size || peer == f->rank)
     return false;
   pthread_mutex_lock(&f->mu);
-  bool left = f->conns[peer].bye && f->conns[peer].dead;
+  const conn *c = &f->conns[peer];
+  bool left = c->bye && c->dead;
+  if (left && why != NULL && cap > 0)
+    fabric_left_text(c, why, cap);
   pthread_mutex_unlock(&f->mu);
   return left;
 }
@@ -47,6 +50,11 @@ void fabric_complete(gang__fabric *f, gang__xfer *x) {
   x->grp->remaining--;
 }
 
+void fabric_abandon(gang__fabric *f, gang__xfer *x) {
+  x->grp->failed = true;
+  fabric_complete(f, x);
+}
+
 /* Completes and forgets every transfer on q: they live on their callers'
  * stacks, which may be gone once they are complete. */
 static void fail_queue(gang__fabric *f, struct xfer_queue *q) {
@@ -54,7 +62,7 @@ static void fail_queue(gang__fabric *f, struct xfer_queue *q) {
   TAILQ_FOREACH(x, q, link) {
     x->linked = false;
     if (!x->done)
-      fabric_complete(f, x);
+      fabric_abandon(f, x);
   }
   TAILQ_INIT(q);
 }
@@ -118,6 +126,43 @@ static bool finish_frame(conn *c, gang__xfer *x, int64_t deadline) {
   return write_by(c->fd, iov, n, deadline);
 }
 
+/* Ends every connection: writes the frame msg[0..n) to each live peer,
+ * after the frame being written to it if one is half written (msg cannot
+ * go in the middle of it), best effort within FAIL_WRITE_MS for all peers
+ * (a peer that did not take it learns from the closed connection); then
+ * shuts the connection down `how` and completes every transfer on it. */
+static void end_conns(gang__fabric *f, const struct iovec *msg, int n,
+                      int how) {
+  int64_t deadline = gang__deadline_in_ms(FAIL_WRITE_MS);
+  for (int p = 0; p < f->size; p++) {
+    conn *c = &f->conns[p];
+    if (p == f->rank || c->fd < 0)
+      continue;
+    gang__xfer *h = TAILQ_FIRST(&c->sq);
+    if (!c->dead &&
+        (h == NULL || h->off == 0 || finish_frame(c, h, deadline))) {
+      struct iovec iov[2] = {msg[0], n > 1 ? msg[1] : msg[0]};
+      (void)write_by(c->fd, iov, n, deadline);
+    }
+    shutdown(c->fd, how);
+    c->dead = true;
+    fail_queue(f, &c->sq);
+    fail_queue(f, &c->posted);
+    if (c->rx != NULL && !c->rx->done)
+      fabric_abandon(f, c->rx);
+    umsg *u;
+    TAILQ_FOREACH(u, &c->uq, link) {
+      if (u->waiting && !u->waiting->done)
+        fabric_abandon(f, u->waiting);
+      u->waiting = NULL;
+    }
+    c->rx = NULL;
+  }
+  uint64_t one = 1;
+  (void)!write(f->wakefd, &one, sizeof one);
+  pthread_cond_broadcast(&f->cv);
+}
+
 void fabric_fail_locked(gang__fabric *f, gang_status st, const char *reason) {
   if (f->failed != GANG_OK)
     return;
@@ -128,45 +173,40 @@ void fabric_fail_locked(gang__fabric *f, gang_status st, const char *reason) {
   int tl = snprintf(text, sizeof text, "rank %d: %s", f->rank, reason);
   if (tl < 0 || tl >= (int)sizeof text)
     tl = (int)sizeof text - 1;
-  int64_t deadline = gang__deadline_in_ms(FAIL_WRITE_MS);
-  for (int p = 0; p < f->size; p++) {
-    conn *c = &f->conns[p];
-    if (p == f->rank || c->fd < 0)
-      continue;
-    /* Tell the peer why, after the frame being written if one is half
-     * written (the reason cannot go in the middle of it). Best effort,
-     * within FAIL_WRITE_MS for all peers: a peer that did not hear it
-     * learns of the failure from the closed connection. */
-    gang__xfer *h = TAILQ_FIRST(&c->sq);
-    if (!c->dead &&
-        (h == NULL || h->off == 0 || finish_frame(c, h, deadline))) {
-      uint8_t hd[HDR];
-      memset(hd, 0, sizeof hd);
-      gang__put_u32(hd, FRAME_ABORT);
-      gang__put_u32(hd + 4, (uint32_t)st); /* peers fail with the same status */
-      gang__put_u64(hd + 24, (uint64_t)tl);
-      struct iovec iov[2] = {{hd, HDR}, {text, (size_t)tl}};
-      (void)write_by(c->fd, iov, 2, deadline);
-    }
-    shutdown(c->fd, SHUT_RDWR);
-    c->dead = true;
-    fail_queue(f, &c->sq);
-    fail_queue(f, &c->posted);
-    if (c->rx != NULL && !c->rx->done)
-      fabric_complete(f, c->rx);
-    umsg *u;
-    TAILQ_FOREACH(u, &c->uq, link) {
-      if (u->waiting && !u->waiting->done)
-        fabric_complete(f, u->waiting);
-      u->waiting = NULL;
-    }
-    c->rx = NULL;
-  }
-  uint64_t one = 1;
-  (void)!write(f->wakefd, &one, sizeof one);
-  pthread_cond_broadcast(&f->cv);
+  /* Tell each peer why; it fails with the same status. */
+  uint8_t hd[HDR];
+  memset(hd, 0, sizeof hd);
+  gang__put_u32(hd, FRAME_ABORT);
+  gang__put_u32(hd + 4, (uint32_t)st);
+  gang__put_u64(hd + 24, (uint64_t)tl);
+  struct iovec msg[2] = {{hd, HDR}, {text, (size_t)tl}};
+  end_conns(f, msg, 2, SHUT_RDWR);
   if (f->fail_hook != NULL)
     f->fail_hook(f->fail_arg, st, text);
+}
+
+bool gang__fabric_leave(gang__fabric *f, gang__fabric_leave_why why) {
+  pthread_mutex_lock(&f->mu);
+  bool healthy = f->failed == GANG_OK;
+  if (healthy) {
+    f->failed = GANG_ABORTED;
+    snprintf(f->fail_detail, sizeof f->fail_detail,
+             "rank %d is leaving its world (%s): its gangs can no longer be "
+             "used",
+             f->rank,
+             why == GANG__LEAVE_EXIT ? "its process is exiting"
+                                     : "its gang was destroyed");
+    GANG_INFO(TCP, "fabric rank %d leaves (%s)", f->rank,
+              why == GANG__LEAVE_EXIT ? "process exit" : "destroyed");
+    uint8_t hd[HDR];
+    fabric_encode_header(hd, FRAME_BYE, (uint32_t)why, 0, 0, 0);
+    struct iovec msg[1] = {{hd, HDR}};
+    /* Write side only: a peer still sending to this rank is not reset,
+     * and the store's host reads on while it lingers. */
+    end_conns(f, msg, 1, SHUT_WR);
+  }
+  pthread_mutex_unlock(&f->mu);
+  return healthy;
 }
 
 void gang__fabric_set_fail_hook(gang__fabric *f,
@@ -198,11 +238,19 @@ gang_status gang__fabric_status(gang__fabric *f, char *detail, size_t cap) {
   return st;
 }
 
+void fabric_left_text(const conn *c, char *buf, size_t cap) {
+  const char *how = c->bye_why == GANG__LEAVE_EXIT      ? "process exit"
+                    : c->bye_why == GANG__LEAVE_DESTROY ? "destroyed its gang"
+                                                        : "said goodbye";
+  double ago = (double)(gang__now_ns() - c->bye_ns) / 1e9;
+  snprintf(buf, cap, "%s left (%s) %.3f s ago", c->name, how, ago);
+}
+
 void fabric_left_before(gang__fabric *f, conn *c) {
-  char why[1024];
-  snprintf(why, sizeof why, "%s left (destroyed its gang) before this transfer",
-           c->name);
-  fabric_fail_locked(f, GANG_PEER_LOST, why);
+  char left[400], why[1024];
+  fabric_left_text(c, left, sizeof left);
+  snprintf(why, sizeof why, "%s, before this transfer", left);
+  fabric_fail_locked(f, GANG_PEER_LEFT, why);
 }
 
 /* ---- Sending ------------------------------------------------------------- */
@@ -284,8 +332,14 @@ void fabric_push_sends(gang__fabric *f, conn *c) {
     if (w < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
         return;
-      char why[1024];
       int e = errno;
+      if (c->bye && (e == EPIPE || e == ECONNRESET)) {
+        /* It left, and its process is gone with unread bytes: the reset
+         * says nothing its goodbye did not. */
+        fabric_left_before(f, c);
+        return;
+      }
+      char why[1024];
       snprintf(why, sizeof why, "sending to %s: %s", c->name, strerror(e));
       fabric_fail_locked(
           f, e == EPIPE || e == ECONNRESET ? GANG_PEER_LOST : GANG_SYSTEM, why);
@@ -401,6 +455,8 @@ static void on_header(gang__fabric *f, conn *c) {
   c->in_payload = true;
   if (kind == FRAME_BYE && len == 0) {
     c->bye = true;
+    c->bye_why = tag;
+    c->bye_ns = gang__now_ns();
     c->in_payload = false;
     return;
   }
@@ -477,10 +533,11 @@ static void on_payload_done(gang__fabric *f, conn *c) {
              c->rabort ? (char *)c->rabort : "(no reason)");
     free(c->rabort);
     c->rabort = NULL;
-    /* A peer that timed out or was aborted passes that on; anything else
-     * (including a status we do not know) means we lost it. */
+    /* A peer that timed out, was aborted, disagreed or needed a rank that
+     * had left passes that on; anything else (including a status we do
+     * not know) means we lost it. */
     gang_status st = (c->rtag == GANG_TIMEOUT || c->rtag == GANG_ABORTED ||
-                      c->rtag == GANG_MISMATCH)
+                      c->rtag == GANG_MISMATCH || c->rtag == GANG_PEER_LEFT)
                          ? (gang_status)c->rtag
                          : GANG_PEER_LOST;
     fabric_fail_locked(f, st, why);
@@ -511,11 +568,11 @@ static void peer_closed(gang__fabric *f, conn *c, int err) {
     /* An orderly departure. Only a transfer that needs this peer fails. */
     c->dead = true;
     if (owes(c)) {
-      snprintf(why, sizeof why,
-               "%s left (destroyed its gang) while a transfer with it was "
-               "pending",
-               c->name);
-      fabric_fail_locked(f, GANG_PEER_LOST, why);
+      char left[400];
+      fabric_left_text(c, left, sizeof left);
+      snprintf(why, sizeof why, "%s, while a transfer with it was pending",
+               left);
+      fabric_fail_locked(f, GANG_PEER_LEFT, why);
     }
     return;
   }

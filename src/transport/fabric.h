@@ -38,9 +38,11 @@ typedef struct gang__fabric_config {
   int64_t deadline;  /* for connection setup (gang__now_ns time) */
 } gang__fabric_config;
 
-/* Completion counter of a set of transfers started together. */
+/* Completion counter of a set of transfers started together, and
+ * whether any of them ended by a failure (not by its bytes moving). */
 typedef struct gang__xgroup {
   int remaining;
+  bool failed;
 } gang__xgroup;
 
 /* One send or receive. The caller fills the first block; the engine owns
@@ -103,7 +105,10 @@ void gang__fabric_set_oversubscribed(gang__fabric *f);
 gang_status gang__fabric_start(gang__fabric *f, gang__xfer *x, int n,
                                gang__xgroup *grp, const char *what);
 
-/* Waits until *grp's transfers (x[0..n), for error details) are done. */
+/* Waits until *grp's transfers (x[0..n), for error details) are done.
+ * Transfers whose bytes all moved succeed even when the fabric failed
+ * meanwhile (a peer's failure that comes behind the data this rank
+ * needed): the failure fails the next call instead. */
 gang_status gang__fabric_wait(gang__fabric *f, gang__xgroup *grp, gang__xfer *x,
                               int n, int64_t deadline, const char *what);
 
@@ -153,9 +158,36 @@ void gang__fabric_destroy(gang__fabric *f);
  * send). -1 if there is none. */
 int gang__fabric_peer_fd(const gang__fabric *f, int peer);
 
-/* Whether `peer` left: it said goodbye (destroyed its gang) and its end
- * of the connection is closed. Any thread. */
-bool gang__fabric_peer_left(gang__fabric *f, int peer);
+/* Why a rank left its world, as its goodbye (BYE frame) tells the peers. */
+typedef enum gang__fabric_leave_why {
+  GANG__LEAVE_DESTROY = 0, /* it destroyed the world's last gang */
+  GANG__LEAVE_EXIT = 1,    /* its process exited with gangs open */
+} gang__fabric_leave_why;
+
+/* Whether `peer` left: it said goodbye and its end of the connection is
+ * closed. When it did and `why` is not NULL, writes who left, why and
+ * how long ago there ("rank 3 (127.0.0.1:4711) left (process exit) 0.204
+ * s ago"). Any thread. */
+bool gang__fabric_peer_left(gang__fabric *f, int peer, char *why, size_t cap);
+
+/* This process is exiting with the fabric in use (pg_exit.c): tells every
+ * peer it left (a BYE saying so, after any frame it was half way through
+ * writing to that peer, within 100 ms over all peers, then end of
+ * stream), so that only what needs this rank fails on them. Then fails
+ * the fabric here only (GANG_ABORTED "this process is exiting"): the
+ * peers are not told of a failure and the fail hook is not called, so
+ * the shared-memory arena stays healthy for the other ranks of the host.
+ * Nothing when the fabric has failed already (the peers were told).
+ * Returns whether it left. Any thread. */
+bool gang__fabric_leave(gang__fabric *f, gang__fabric_leave_why why);
+
+/* After gang__fabric_leave: reads and drops whatever the peers still
+ * send (so that none is left blocked writing a frame to this rank) until
+ * every peer's end of the connection has closed (each left, failed or
+ * exited) or `deadline` (gang__now_ns time). Returns how many peers are
+ * still connected. The store's host calls it while it lingers at exit
+ * (src/gang/pg_exit.c). Not thread-safe: one caller at a time. */
+int gang__fabric_drain(gang__fabric *f, int64_t deadline);
 
 /* The pacing piece of exchanges with `peer` (0: unpaced; for tests). */
 size_t gang__fabric_peer_piece(const gang__fabric *f, int peer);

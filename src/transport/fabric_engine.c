@@ -184,6 +184,7 @@ gang_status gang__fabric_start(gang__fabric *f, gang__xfer *x, int n,
   if (f->failed != GANG_OK)
     return failure_locked(f, what);
   grp->remaining = n;
+  grp->failed = false;
   for (int i = 0; i < n && f->failed == GANG_OK; i++) {
     x[i].grp = grp;
     register_xfer(f, &x[i]);
@@ -230,7 +231,7 @@ void gang__fabric_cancel(gang__fabric *f, gang__xfer *x, int n,
       if (u->waiting == &x[i])
         u->waiting = NULL;
     }
-    fabric_complete(f, &x[i]);
+    fabric_abandon(f, &x[i]);
   }
   /* A failure completed the rest. */
   pthread_mutex_unlock(&f->mu);
@@ -244,6 +245,11 @@ gang_status gang__fabric_test(gang__fabric *f, gang__xgroup *grp,
     progress(f);
     f->driving = false;
     pthread_cond_broadcast(&f->cv);
+  }
+  if (grp->remaining == 0 && !grp->failed) {
+    pthread_mutex_unlock(&f->mu);
+    *done = true;
+    return GANG_OK;
   }
   if (f->failed != GANG_OK)
     return failure_locked(f, what);
@@ -304,7 +310,7 @@ gang_status gang__fabric_wait(gang__fabric *f, gang__xgroup *grp, gang__xfer *x,
              f->rank, pend);
     fabric_fail_locked(f, GANG_TIMEOUT, why);
   }
-  if (f->failed != GANG_OK)
+  if (f->failed != GANG_OK && (grp->remaining > 0 || grp->failed))
     return failure_locked(f, what);
   pthread_mutex_unlock(&f->mu);
   return GANG_OK;

@@ -12,9 +12,10 @@
  *
  * Frame: a 32-byte little-endian header then the payload; a DATA frame of
  * PAD_MIN bytes or more has PAD zero bytes between the two (frame_head).
- *   u32 kind   FRAME_DATA, FRAME_ABORT, or FRAME_BYE (the peer destroyed
- *              its gang normally: its end-of-stream is not a failure)
- *   u32 tag    (ABORT: the sender's failure status)
+ *   u32 kind   FRAME_DATA, FRAME_ABORT, or FRAME_BYE (the peer left
+ *              normally: its end-of-stream is not a failure)
+ *   u32 tag    (ABORT: the sender's failure status; BYE: why it left, a
+ *              gang__fabric_leave_why)
  *   u64 ctx
  *   u64 seq
  *   u64 len    payload bytes (ABORT: the reason text)
@@ -116,9 +117,12 @@ typedef struct conn {
   int peer;
   char name[300];
   bool dead;
-  bool bye;     /* the peer said goodbye: its EOF is expected */
-  size_t piece; /* pacing of its exchanges (send_limit), 0: none */
-  bool hup;     /* poll saw the peer hang up: read on to its end of stream */
+  bool bye;         /* the peer said goodbye: its EOF is expected */
+  uint32_t bye_why; /* ... why it left (gang__fabric_leave_why) */
+  int64_t bye_ns;   /* ... and when its goodbye was read */
+  bool ended;       /* gang__fabric_drain saw its end of the connection close */
+  size_t piece;     /* pacing of its exchanges (send_limit), 0: none */
+  bool hup; /* poll saw the peer hang up: read on to its end of stream */
   /* sending: FIFO of registered sends; the head's header is in shdr */
   struct xfer_queue sq;
   uint8_t shdr[HDR + PAD]; /* the pad stays zero */
@@ -171,13 +175,18 @@ struct gang__fabric {
 
 /* ---- fabric.c: failure ---- */
 
-/* Marks x done and counts it in its group. */
+/* Marks x done and counts it in its group: its bytes moved. */
 void fabric_complete(gang__fabric *f, gang__xfer *x);
+/* ... or it ends unfinished (a failure, a withdrawal): its group failed. */
+void fabric_abandon(gang__fabric *f, gang__xfer *x);
 /* Fails the fabric (first reason wins), tells the peers, completes every
  * transfer. */
 void fabric_fail_locked(gang__fabric *f, gang_status st, const char *reason);
 /* Fails a transfer to a peer that said goodbye before it. */
 void fabric_left_before(gang__fabric *f, conn *c);
+/* "rank 3 (host:port) left (process exit) 1.204 s ago": who left, why
+ * and when its goodbye came. */
+void fabric_left_text(const conn *c, char *buf, size_t cap);
 
 /* ---- fabric.c: connections ---- */
 

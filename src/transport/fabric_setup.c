@@ -568,21 +568,14 @@ fail:
 void gang__fabric_destroy(gang__fabric *f) {
   if (f == NULL)
     return;
+  /* Say goodbye so the peers do not take our end-of-stream for a crash
+   * (a fabric that failed told them why instead). */
+  if (f->conns != NULL)
+    (void)gang__fabric_leave(f, GANG__LEAVE_DESTROY);
   for (int p = 0; f->conns && p < f->size; p++) {
     conn *c = &f->conns[p];
-    if (c->fd >= 0) {
-      if (!c->dead && f->failed == GANG_OK &&
-          (TAILQ_EMPTY(&c->sq) || TAILQ_FIRST(&c->sq)->off == 0)) {
-        /* Say goodbye so the peer does not take our end-of-stream for a
-         * crash; 32 bytes fit in any socket buffer that is not full, and a
-         * full one means the peer is stuck anyway. */
-        uint8_t h[HDR];
-        fabric_encode_header(h, FRAME_BYE, 0, 0, 0, 0);
-        (void)!send(c->fd, h, HDR, MSG_NOSIGNAL | MSG_DONTWAIT);
-      }
-      shutdown(c->fd, SHUT_WR);
+    if (c->fd >= 0)
       close(c->fd);
-    }
     fabric_conn_free(c);
   }
   free(f->conns);
@@ -591,4 +584,50 @@ void gang__fabric_destroy(gang__fabric *f) {
   pthread_cond_destroy(&f->cv);
   pthread_mutex_destroy(&f->mu);
   free(f);
+}
+
+int gang__fabric_drain(gang__fabric *f, int64_t deadline) {
+  int n = 0;
+  struct pollfd *fds = calloc((size_t)f->size, sizeof *fds);
+  int *peer = calloc((size_t)f->size, sizeof *peer);
+  uint8_t *sink = malloc(STAGE_CAP);
+  if (fds == NULL || peer == NULL || sink == NULL) {
+    free(fds);
+    free(peer);
+    free(sink);
+    return f->size - 1;
+  }
+  /* Nothing else reads these sockets now: the fabric has failed here
+   * (gang__fabric_leave), which stops every other thread's pass. */
+  for (int p = 0; p < f->size; p++) {
+    if (p != f->rank && f->conns[p].fd >= 0 && !f->conns[p].ended) {
+      peer[n] = p;
+      fds[n++] = (struct pollfd){f->conns[p].fd, POLLIN | POLLRDHUP, 0};
+    }
+  }
+  int open = n;
+  while (open > 0) {
+    int ms = gang__deadline_poll_ms(deadline);
+    if (ms == 0)
+      break;
+    if (ms < 0 || ms > 1000)
+      ms = 1000;
+    if (poll(fds, (nfds_t)n, ms) < 0 && errno != EINTR)
+      break;
+    for (int i = 0; i < n; i++) {
+      if (fds[i].fd < 0 || fds[i].revents == 0)
+        continue;
+      ssize_t r = recv(fds[i].fd, sink, STAGE_CAP, MSG_DONTWAIT);
+      if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&
+                     errno != EINTR)) {
+        f->conns[peer[i]].ended = true; /* it is done with us */
+        fds[i].fd = -1;
+        open--;
+      }
+    }
+  }
+  free(fds);
+  free(peer);
+  free(sink);
+  return open;
 }

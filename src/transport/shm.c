@@ -367,11 +367,16 @@ gang_status gang__shm_wait_slow(gang__shm_chan *c, int member, uint64_t seq) {
         gang_status st = gang__fabric_status(c->fabric, d, sizeof d);
         return wait_error(c, st, member, seq, d);
       }
-      /* A member that destroyed its gang said goodbye: the fabric only
-       * fails transfers with it, and there is none here. */
-      if (gang__fabric_peer_left(c->fabric, c->world[member]))
-        return wait_error(c, GANG_PEER_LOST, member, seq,
-                          "it left (destroyed its gang) before this step");
+      /* A member that left (its process exited, or it destroyed its
+       * gang) said goodbye: the fabric only fails transfers with it, and
+       * there is none here. */
+      char left[400];
+      if (gang__fabric_peer_left(c->fabric, c->world[member], left,
+                                 sizeof left)) {
+        char why[480];
+        snprintf(why, sizeof why, "%s, before this step", left);
+        return wait_error(c, GANG_PEER_LEFT, member, seq, why);
+      }
     }
     if (c->deadline != GANG_DEADLINE_NONE && now >= c->deadline)
       return wait_error(c, GANG_TIMEOUT, member, seq, "deadline exceeded");
@@ -419,6 +424,11 @@ static gang_status copy_remote(gang__shm_chan *c, int member, void *local,
       char call[160], who[64];
       name_call(c, call, sizeof call);
       name_member(c, member, who, sizeof who);
+      char left[400];
+      if (err == ESRCH && gang__fabric_peer_left(c->fabric, c->world[member],
+                                                 left, sizeof left))
+        return gang__error(GANG_PEER_LEFT, "%s: %s is gone: %s", call, who,
+                           left);
       if (err == ESRCH)
         return gang__error(GANG_PEER_LOST, "%s: %s is gone", call, who);
       return gang__error_errno(GANG_SYSTEM, err, "%s: %s of %zu bytes %s %s",

@@ -19,7 +19,7 @@ static void test_every_code_named(void **state) {
 #undef X
   };
   size_t n = sizeof all / sizeof all[0];
-  assert_true(n >= 14);
+  assert_true(n >= 16);
   for (size_t i = 0; i < n; i++) {
     assert_string_not_equal(gang_strerror(all[i]), "unknown status");
     assert_string_not_equal(gang_status_name(all[i]), "UNKNOWN");
@@ -30,6 +30,7 @@ static void test_every_code_named(void **state) {
   }
   assert_int_equal(GANG_OK, 0);
   assert_string_equal(gang_status_name(GANG_PEER_LOST), "PEER_LOST");
+  assert_string_equal(gang_status_name(GANG_PEER_LEFT), "PEER_LEFT");
   assert_string_equal(gang_strerror((gang_status)999), "unknown status");
   assert_string_equal(gang_status_name((gang_status)-1), "UNKNOWN");
 }

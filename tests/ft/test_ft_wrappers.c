@@ -89,8 +89,8 @@ static int swallow_rank(int rank, int size, void *arg) {
   v[0] = (float)rank, v[1] = 1;
   RCHECK_OK(gang_all_reduce(g, v, 2, GANG_FLOAT32, GANG_SUM));
   RCHECK(v[0] == 1 && v[1] == 2);
-  /* A real failure: rank 1 leaves; rank 0's next all_reduce meets it,
-   * succeeds, and records it. */
+  /* A real failure: rank 1 leaves (destroys its gang); rank 0's next
+   * all_reduce meets it, succeeds, and records that it left. */
   if (rank == 1) {
     gang_destroy(g);
     RCHECK_OK(gang_store_set(st, "left", "1", 1));
@@ -105,7 +105,7 @@ static int swallow_rank(int rank, int size, void *arg) {
   RCHECK_OK(gang_all_reduce(g, v, 2, GANG_FLOAT32, GANG_SUM));
   gang_status err = gang_error_swallowing_error(g, why, sizeof why);
   fprintf(stderr, "recorded: %s: %s\n", gang_status_name(err), why);
-  RCHECK(err == GANG_PEER_LOST);
+  RCHECK(err == GANG_PEER_LEFT);
   /* Later all_reduces: no-ops; other collectives fail with the inner
    * gang's error. */
   v[0] = 9;

@@ -426,27 +426,12 @@ static int stop_host_rank(int rank, int size, void *arg) {
   return 0;
 }
 
-/* A port nobody listens on now. */
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET,
-                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t len = sizeof a;
-  int port = -1;
-  if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-      getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-    port = ntohs(a.sin_port);
-  if (fd >= 0)
-    close(fd);
-  return port;
-}
-
 static void test_stopped_store_host_times_out(void **state) {
   (void)state;
   host_stop_state *hs = mmap(NULL, sizeof *hs, PROT_READ | PROT_WRITE,
                              MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   assert_true(hs != MAP_FAILED);
-  hs->port = free_port();
+  hs->port = gt_free_port();
   assert_true(hs->port > 0);
   atomic_init(&hs->entered, 0);
   atomic_init(&hs->done, 0);

@@ -389,7 +389,8 @@ static int review_rank(int rank, int size, void *arg) {
   gang_status st = gang_send(g, out, sizeof out, 1, 2);
   fprintf(stderr, "send after the peer left: %s: %s\n", gang_status_name(st),
           gang_last_error());
-  RCHECK(st == GANG_PEER_LOST && strstr(gang_last_error(), "left") != NULL);
+  RCHECK(st == GANG_PEER_LEFT &&
+         strstr(gang_last_error(), "left (destroyed its gang)") != NULL);
   /* The error names the call. */
   RCHECK(strstr(gang_last_error(), "send to rank 1 tag 2") != NULL);
   if (rw != NULL) {

@@ -129,6 +129,10 @@ int gt_cannot_run(bool required, const char *var, const char *fmt, ...)
  * the reason in why[cap]. */
 int gt_private_netns(char *why, size_t cap);
 
+/* A TCP port on 127.0.0.1 that nobody listens on now (-1 if none could
+ * be had), for a rank 0 that hosts the store at MASTER_PORT. */
+int gt_free_port(void);
+
 /* Seconds on the monotonic clock, for timing in tests. */
 double gt_now_s(void);
 /* Sleeps `ms` milliseconds (a pause, never a synchronisation). */

@@ -18,12 +18,14 @@ def test_reduce_operation_values():
 def test_error_classes():
     for name in ("InvalidArgumentError", "InvalidUsageError", "NotSupportedError", "GangTimeoutError",
                  "PeerLostError", "AbortedError", "MismatchError", "ProtocolError", "AuthError",
-                 "NoMemoryError", "GangSystemError", "InternalError", "NotFoundError", "InProgressError"):
+                 "NoMemoryError", "GangSystemError", "InternalError", "NotFoundError", "InProgressError",
+                 "PeerLeftError"):
         cls = getattr(gang, name)
         assert issubclass(cls, gang.GangError)
     assert issubclass(gang.InvalidArgumentError, ValueError)
     assert issubclass(gang.GangTimeoutError, TimeoutError)
     assert issubclass(gang.PeerLostError, ConnectionError)
+    assert issubclass(gang.PeerLeftError, gang.PeerLostError)
     with pytest.raises(gang.InvalidArgumentError) as e:
         gang.FakeGang(size=2).all_reduce(np.ones((2, 2))[:, 0])
     assert e.value.status_name == "INVALID_ARGUMENT" and e.value.status == 2
