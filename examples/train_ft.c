@@ -23,12 +23,23 @@
  * number, so which groups are alive changes who computes what, never what
  * is learned.
  *
+ * With --same-data every group computes on the whole batch instead of its
+ * share, and the groups of the first attempt start from one state: the
+ * gradients of a step are then the same everywhere, so whatever fails,
+ * the parameters at the end must equal a fault-free run's (a run of one
+ * group), which examples/train_ft.py checks with --dump. A group that
+ * starts again (GANG_RESTART_COUNT > 0) starts from garbage: only healing
+ * brings it back.
+ *
  * Rank 0 of each group prints one line per step (quorum, participants,
  * commit, the quorum's timings); every rank prints a hash of its
- * parameters at the end: every group's rank r must print the same. Uses
+ * parameters at the end: every group's rank r must print the same. A
+ * group whose own gang failed (a rank of it stopped past the timeout, or
+ * killed) exits with status 3, for its launcher to start it again. Uses
  * only the public API. */
 #include <inttypes.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -203,13 +214,25 @@ static void usage(const char *me) {
   fprintf(stderr,
           "usage: %s --lighthouse HOST:PORT [--group NAME] [--steps N]\n"
           "          [--state-mib M] [--timeout-ms T] [--step-ms S]\n"
+          "          [--same-data] [--dump DIR]\n"
           "  --lighthouse   the lighthouse (or $GANG_LIGHTHOUSE)\n"
           "  --group        this replica group's name (default: the run id)\n"
           "  --steps        steps to commit (200)\n"
           "  --state-mib    more state a late group must receive (0)\n"
           "  --timeout-ms   collectives, votes, healing (1000)\n"
-          "  --step-ms      extra compute time per step (0)\n",
+          "  --step-ms      extra compute time per step (0)\n"
+          "  --same-data    every group on the whole batch, from one start\n"
+          "  --dump DIR     write this rank's parameters to "
+          "DIR/<group>.rank<r>.f32\n",
           me);
+}
+
+/* The group's own gang failed, or another call that cannot go on: the
+ * group ends, for its launcher to start it again. */
+static void fatal_exit(gang_status st, const char *what) {
+  fprintf(stderr, "train_ft: %s failed: %s (%s): the group exits\n", what,
+          gang_strerror(st), gang_last_error());
+  exit(3);
 }
 
 int main(int argc, char **argv) {
@@ -217,8 +240,14 @@ int main(int argc, char **argv) {
   const char *group_name = getenv("GANG_RUN_ID"); /* gangrun sets it */
   int64_t steps = 200, timeout_ms = 1000;
   int state_mib = 0, step_ms = 0;
+  bool same_data = false;
+  const char *dump = NULL;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--same-data")) {
+      same_data = true;
+      continue;
+    }
     if (v == NULL) {
       usage(argv[0]);
       return 2;
@@ -235,6 +264,8 @@ int main(int argc, char **argv) {
       timeout_ms = atoll(v);
     else if (!strcmp(a, "--step-ms"))
       step_ms = atoi(v);
+    else if (!strcmp(a, "--dump"))
+      dump = v;
     else {
       usage(argv[0]);
       return 2;
@@ -271,8 +302,15 @@ int main(int argc, char **argv) {
   shard p, g;
   shard_init(&p, rank * hl, hl);
   shard_init(&g, rank * hl, hl);
-  shard_fill(&p, fnv(1469598103934665603ull, group_name, strlen(group_name)) +
-                     (uint64_t)rank);
+  /* Groups start apart (init_sync makes them alike at step 0); with
+   * --same-data the first attempt's groups start alike, and a group
+   * started again from garbage. */
+  const char *rc = getenv("GANG_RESTART_COUNT");
+  int restart = rc != NULL ? atoi(rc) : 0;
+  uint64_t seed = fnv(1469598103934665603ull, group_name, strlen(group_name));
+  if (same_data)
+    seed = restart == 0 ? 20261128u : seed * 31u + (uint64_t)restart;
+  shard_fill(&p, seed + (uint64_t)rank);
   size_t extra_n = (size_t)state_mib << 18; /* floats */
   float *extra = calloc(extra_n ? extra_n : 1, sizeof(float));
   if (extra == NULL) {
@@ -290,15 +328,19 @@ int main(int argc, char **argv) {
   fflush(stdout);
 
   while (gang_manager_step(m) < steps) {
-    CHECK(gang_manager_start_quorum(m, true, false));
+    gang_status ms = gang_manager_start_quorum(m, true, false);
+    if (ms != GANG_OK)
+      fatal_exit(ms, "gang_manager_start_quorum");
     gang_status qs = gang_manager_wait_quorum(m);
+    if (qs == GANG_ABORTED)
+      fatal_exit(qs, "gang_manager_wait_quorum");
     double t_quorum = now_s();
     int64_t step = gang_manager_step(m); /* after healing */
     int parts = gang_size(dp), me = gang_rank(dp);
     double loss = 0;
     if (qs == GANG_OK && parts > 0) {
-      int r0 = (int)((int64_t)me * BATCH / parts);
-      int r1 = (int)((int64_t)(me + 1) * BATCH / parts);
+      int r0 = same_data ? 0 : (int)((int64_t)me * BATCH / parts);
+      int r1 = same_data ? BATCH : (int)((int64_t)(me + 1) * BATCH / parts);
       make_batch(step, r0, r1);
       loss = forward_backward(tp, &p, &g, r0, r1);
       if (step_ms > 0) {
@@ -307,15 +349,22 @@ int main(int argc, char **argv) {
       }
       /* The managed gang's all_reduce is the manager's: MEAN over the
        * participants, errors kept for the vote. */
-      CHECK(gang_all_reduce(dp, g.buf, g.n, GANG_FLOAT32, GANG_MEAN));
+      ms = gang_all_reduce(dp, g.buf, g.n, GANG_FLOAT32, GANG_MEAN);
+      if (ms != GANG_OK)
+        fatal_exit(ms, "gang_all_reduce(dp)");
     }
     bool commit = false;
-    CHECK(gang_manager_should_commit(m, &commit));
+    ms = gang_manager_should_commit(m, &commit);
+    if (ms != GANG_OK)
+      fatal_exit(ms, "gang_manager_should_commit");
     if (commit) {
+      /* The step just committed: a group that healed in this step has
+       * its state, and its step, from should_commit on. */
+      int64_t done_step = gang_manager_step(m) - 1;
       for (size_t k = 0; k < p.n; k++)
         p.buf[k] -= LR * g.buf[k];
       for (size_t k = 0; k < extra_n && k < 1024; k++)
-        extra[((size_t)step * 4099 + k) % extra_n] += 1.0f;
+        extra[((size_t)done_step * 4099 + k) % extra_n] += 1.0f;
     }
     if (rank == 0) {
       gang_manager_timings t;
@@ -329,16 +378,28 @@ int main(int argc, char **argv) {
           if (*c == '\n' || *c == '|')
             *c = ' ';
       }
-      printf("train_ft: group=%s step=%" PRId64 " quorum=%" PRId64
-             " participants=%d commit=%d loss=%.6f t_quorum=%.6f t=%.6f "
-             "quorum_ms=%.1f configure_ms=%.1f heal_ms=%.1f heal_bytes=%" PRId64
-             " error_t=%.6f why=|%s|\n",
-             group_name, gang_manager_step(m), gang_manager_quorum_id(m), parts,
-             commit, loss / (BATCH / (parts > 0 ? parts : 1)), t_quorum,
-             now_s(), t.quorum_ms, t.configure_ms, t.heal_ms, t.heal_bytes,
-             (double)t.error_ns / 1e9, why);
+      printf(
+          "train_ft: group=%s step=%" PRId64 " quorum=%" PRId64
+          " participants=%d commit=%d loss=%.6f t_quorum=%.6f t=%.6f "
+          "quorum_ms=%.1f configure_ms=%.1f heal_ms=%.1f heal_bytes=%" PRId64
+          " heal_sent_bytes=%" PRId64 " error_t=%.6f why=|%s|\n",
+          group_name, gang_manager_step(m), gang_manager_quorum_id(m), parts,
+          commit, loss / (same_data ? BATCH : BATCH / (parts > 0 ? parts : 1)),
+          t_quorum, now_s(), t.quorum_ms, t.configure_ms, t.heal_ms,
+          t.heal_bytes > 0 ? t.heal_bytes : 0,
+          t.heal_bytes < 0 ? -t.heal_bytes : 0, (double)t.error_ns / 1e9, why);
       fflush(stdout);
     }
+  }
+  if (dump != NULL) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s.rank%d.f32", dump, group_name, rank);
+    FILE *f = fopen(path, "wb");
+    if (f == NULL || fwrite(p.buf, sizeof(float), p.n, f) != p.n) {
+      fprintf(stderr, "train_ft: cannot write %s\n", path);
+      return 2;
+    }
+    fclose(f);
   }
   uint64_t h = fnv(1469598103934665603ull, p.buf, p.n * sizeof(float));
   h = fnv(h, extra, extra_n * sizeof(float));

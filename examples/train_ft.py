@@ -1,23 +1,48 @@
 #!/usr/bin/python3
 """Runs examples/train_ft as R replica groups under one lighthouse
-(gangrun --replica-groups) and, with --chaos N, kills a random group every
-N committed steps with SIGKILL; gangrun starts it again and it heals from
-the others. At the end every group's rank r must hold bit-identical
-parameters at the target step.
+(gangrun --replica-groups) and, with --chaos N, injects a random fault every
+N committed steps; gangrun starts a group again when it ends, and it heals
+from the others. Then it checks what must hold whatever failed:
 
-  examples/train_ft.py                                  3 groups, no kills
-  examples/train_ft.py --groups 4 --chaos 10 --kills 100 --state-mib 64
+  oracle      with --same-data (the default) every group trains on the
+              same data, so each group's rank r must end with the
+              parameters of a fault-free run (one group, no faults, run
+              first), within --tolerance (relative)
+  never back  the job's committed step -- the highest step the latest
+              incarnation of any group has committed -- never goes back,
+              and no incarnation commits a step twice
+  no hang     no commit by any group for --hang-s seconds while the
+              lighthouse is up
+  restarts    only a group a fault hit starts again: a survivor never
+              exits because another group failed
+  faults      every fault asked for was injected (none skipped)
+  detection   after a fault that takes a group out (its last move: the
+              kill that lands in a configure, a heal or a restart), the
+              survivors commit again in another quorum within the
+              lighthouse's heartbeat timeout + 0.3 s (--detect-slack-s)
 
-For each kill it measures, from the moment of the kill (CLOCK_MONOTONIC,
-which train_ft prints too):
-  detect      the first survivor's error of the step it was in
-  quorum      the survivors' next quorum without the dead group, ready
-  configure   that quorum's rebuild of the replica gang (ms)
-  rejoin      the restarted group's first committed step
-  heal        the restarted group's receipt of the state (ms, bytes)
-and counts committed steps lost (a survivor's step going back, or the job
-continuing below a step committed before the kill) and hangs (no step
-from a group for --hang-s seconds). --json writes every figure."""
+  examples/train_ft.py                                   3 groups, no faults
+  examples/train_ft.py --groups 4 --chaos 10 --faults all --count 50
+
+Faults (--faults, a comma list, or "all"):
+  kill            SIGKILL of every process of a group
+  kill-rank       SIGKILL of one non-zero rank of a group (its group's own
+                  gang breaks: the group must exit by itself)
+  stop            SIGSTOP of a whole group, SIGCONT 1.5-3.5 s later
+  stop-skew       SIGSTOP of a group's last rank, then of its other ranks
+                  0-50 ms later; SIGCONT to all 3 s later
+  kill-restart    a group killed, and killed again 20-120 ms after it has
+                  started again (a dead incarnation in the next quorum)
+  kill-configure  a group killed; when it has started again, another group
+                  killed 0-150 ms later (while the survivors configure)
+  kill-heal       a group killed; when it has started again, it or a group
+                  it may heal from killed 0-300 ms later (during the heal;
+                  use --state-mib to make the heal last)
+  two             two groups killed at once
+  lh-kill         the lighthouse killed, started again on its port 0.3-2 s
+                  later
+  lh-stop         the lighthouse stopped (SIGSTOP) for 3 s
+--json writes every figure and every fault."""
 
 import argparse
 import json
@@ -26,13 +51,20 @@ import random
 import re
 import signal
 import statistics
+import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
 LINE = re.compile(r"^\[g(\d+)/rank(\d+)\]:train_ft: (.*)$")
 KV = re.compile(r"(\w+)=(\|[^|]*\||\S+)")
+FAULTS = ["kill", "kill-rank", "stop", "stop-skew", "kill-restart",
+          "kill-configure", "kill-heal", "two", "lh-kill", "lh-stop"]
+# Faults after which the survivors must go on within the detection bound.
+TIMED = {"kill", "kill-rank", "stop", "stop-skew", "kill-restart",
+         "kill-configure", "kill-heal", "two"}
 
 
 def parse_kv(text):
@@ -51,44 +83,92 @@ def parse_kv(text):
     return out
 
 
-class Job:
-    def __init__(self, args):
-        self.args = args
-        self.steps = []  # (group, dict)
-        self.done = []  # (group, rank, dict)
-        self.other = []
-        self.last_line = {}  # group -> monotonic time of its last step line
-        self.lock = threading.Lock()
-        build = args.build
-        env = dict(os.environ)
-        env.setdefault("GANG_STORE_SECRET", os.urandom(16).hex())
-        # A lighthouse of our own, with the timeouts of the run (gangrun
-        # would host one with torchft's defaults: 5 s heartbeats, 60 s
-        # joins).
-        self.lh = subprocess.Popen(
-            [os.path.join(build, "tools/gang-lighthouse/gang-lighthouse"),
-             "--bind", "127.0.0.1:0", "--http", "off",
-             "--heartbeat-timeout", f"{args.heartbeat_timeout_ms}ms",
-             "--join-timeout", f"{args.join_timeout_ms}ms",
+def children(pid):
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(x) for x in f.read().split()]
+    except OSError:
+        return []
+
+
+def signal_all(pids, sig):
+    for p in pids:
+        try:
+            os.kill(p, sig)
+        except ProcessLookupError:
+            pass
+
+
+def pct(xs, p):
+    xs = sorted(xs)
+    if not xs:
+        return float("nan")
+    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+
+
+class Lighthouse:
+    """A gang-lighthouse of the run's own, with the run's timeouts, that a
+    fault may kill (and start again on the same port) or stop."""
+
+    def __init__(self, args, env):
+        self.args, self.env, self.port = args, env, 0
+        self.stopped = False
+        self.start()
+
+    def start(self):
+        a = self.args
+        self.proc = subprocess.Popen(
+            [os.path.join(a.build, "tools/gang-lighthouse/gang-lighthouse"),
+             "--bind", f"127.0.0.1:{self.port}", "--http", "off",
+             "--heartbeat-timeout", f"{a.heartbeat_timeout_ms}ms",
+             "--join-timeout", f"{a.join_timeout_ms}ms",
              "--quorum-tick", "20ms"],
-            stdout=subprocess.PIPE, text=True, env=env)
-        port = self.lh.stdout.readline().strip()
+            stdout=subprocess.PIPE, text=True, env=self.env)
+        port = self.proc.stdout.readline().strip()
         if not port.isdigit():
             raise SystemExit(f"train_ft.py: the lighthouse did not start "
                              f"(said {port!r})")
-        env["GANG_LIGHTHOUSE"] = f"127.0.0.1:{port}"
-        cmd = [
-            os.path.join(build, "tools/gangrun/gangrun"),
-            "--replica-groups", str(args.groups),
-            "--nproc-per-node", str(args.nproc),
-            "--max-restarts", "1000000",
-            "--term-grace", "1s",
-            os.path.join(build, "examples/train_ft"),
-            "--steps", str(args.steps),
-            "--timeout-ms", str(args.timeout_ms),
-            "--state-mib", str(args.state_mib),
-            "--step-ms", str(args.step_ms),
-        ]
+        self.port = int(port)
+
+    def kill(self):
+        self.proc.kill()
+        self.proc.wait()
+
+    def close(self):
+        if self.stopped:
+            self.proc.send_signal(signal.SIGCONT)
+        self.proc.terminate()
+        self.proc.wait()
+
+
+class Job:
+    """gangrun --replica-groups running train_ft, and what its lines say."""
+
+    def __init__(self, args, groups, steps, lh_port, env, dump, faulty):
+        self.args, self.groups = args, groups
+        self.commits = []  # (t, group, start index, kv) of commit lines
+        self.steps = []  # (group, kv) of every step line
+        self.starts = {g: [] for g in range(groups)}  # start times
+        self.done = []  # (group, rank, kv)
+        self.other = []
+        self.last_commit = time.monotonic()
+        self.lock = threading.Lock()
+        env = dict(env)
+        env["GANG_LIGHTHOUSE"] = f"127.0.0.1:{lh_port}"
+        cmd = [os.path.join(args.build, "tools/gangrun/gangrun"),
+               "--replica-groups", str(groups),
+               "--nproc-per-node", str(args.nproc),
+               "--max-restarts", "1000000" if faulty else "0",
+               "--term-grace", "1s",
+               os.path.join(args.build, "examples/train_ft"),
+               "--steps", str(steps),
+               "--timeout-ms", str(args.timeout_ms),
+               "--state-mib", str(args.state_mib),
+               "--step-ms", str(args.step_ms)]
+        if args.same_data:
+            cmd += ["--same-data"]
+        if dump:
+            cmd += ["--dump", dump]
         self.proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             start_new_session=True, env=env)
@@ -107,17 +187,22 @@ class Job:
                         print(line, flush=True)
                     continue
                 g, rank, rest = int(m.group(1)), int(m.group(2)), m.group(3)
+                if rest.startswith("group ") and rank == 0:
+                    self.starts[g].append(now)
+                    continue
                 kv = parse_kv(rest)
                 if rest.startswith("done"):
                     self.done.append((g, rank, kv))
                 elif "step" in kv and "quorum" in kv:
                     self.steps.append((g, kv))
-                    self.last_line[g] = now
+                    if kv["commit"]:
+                        self.commits.append(
+                            (kv["t"], g, len(self.starts[g]), kv))
+                        self.last_commit = now
                     if self.args.verbose:
                         print(line, flush=True)
-                    elif (
-                            kv["step"] % self.args.print_every == 0 and
-                            kv["commit"]):
+                    elif kv["step"] % self.args.print_every == 0 and \
+                            kv["commit"]:
                         print(f"group {g}: step {kv['step']:5d}  quorum "
                               f"{kv['quorum']:4d}  participants "
                               f"{kv['participants']}  loss {kv['loss']:.5f}",
@@ -125,11 +210,12 @@ class Job:
 
     def max_step(self):
         with self.lock:
-            return max((kv["step"] for _, kv in self.steps if kv["commit"]),
+            return max((kv["step"] for _, _, _, kv in self.commits),
                        default=0)
 
-    def group_pid(self, g):
-        """The gangrun of replica group g."""
+    def workers(self, g):
+        """The processes of replica group g (its gangrun's children), by
+        local rank."""
         for pid in children(self.proc.pid):
             try:
                 with open(f"/proc/{pid}/environ", "rb") as f:
@@ -137,77 +223,304 @@ class Job:
             except OSError:
                 continue
             if f"GANG_REPLICA_GROUP={g}".encode() in env:
-                return pid
-        return None
-
-
-def children(pid):
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return [int(x) for x in f.read().split()]
-    except OSError:
+                ws = []
+                for w in children(pid):
+                    try:
+                        with open(f"/proc/{w}/environ", "rb") as f:
+                            we = f.read().split(b"\0")
+                    except OSError:
+                        continue
+                    lr = [e for e in we if e.startswith(b"LOCAL_RANK=")]
+                    ws.append((int(lr[0][11:]) if lr else 0, w))
+                return [w for _, w in sorted(ws)]
         return []
 
+    def starts_of(self, g):
+        with self.lock:
+            return len(self.starts[g])
 
-def pct(xs, p):
-    xs = sorted(xs)
-    if not xs:
-        return float("nan")
-    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+    def stop(self):
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGCONT)
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self.reader.join(5)
 
 
-def measure(job, g, t_kill, before, steps_from):
-    """Figures of one kill of group g, from the lines logged after it."""
-    with job.lock:
-        earlier = job.steps[:steps_from]
-        lines = job.steps[steps_from:]
-    surv = [(gg, kv) for gg, kv in lines if gg != g]
-    # The killed group's lines from its next incarnation (a line written
-    # just before the kill may be read after it).
-    mine = [kv for gg, kv in lines if gg == g and kv["t_quorum"] > t_kill]
-    q_before = max((kv["quorum"] for _, kv in earlier), default=0)
-    f = {"group": g, "t_kill": t_kill, "step_before": before,
-         "quorum_before": q_before}
-    # The survivors' next quorum: the first step they commit in a quorum
-    # formed after the kill.
-    nxt = [kv for _, kv in surv if kv["commit"] and kv["quorum"] > q_before
-           and kv["t_quorum"] > t_kill]
-    t_next = None
-    if nxt:
-        first = min(nxt, key=lambda kv: kv["t_quorum"])
-        t_next = first["t_quorum"]
-        f["quorum_ms"] = (t_next - t_kill) * 1000
-        f["configure_ms"] = first["configure_ms"]
-    # Detected: a survivor's step failing on it, or, for a kill between
-    # collectives (nothing in flight to fail), that next quorum.
-    errs = [kv["error_t"] for _, kv in surv
-            if not kv["commit"] and kv["error_t"] > t_kill and
-            (t_next is None or kv["error_t"] <= t_next)]
-    seen = min(errs + ([t_next] if t_next else []), default=None)
-    f["detect_ms"] = (seen - t_kill) * 1000 if seen else None
-    f["detect_by"] = "error" if errs and min(errs) == seen else "quorum"
-    healed = [kv for kv in mine if kv["heal_bytes"] > 0]
-    if healed:
-        f["heal_ms"] = healed[0]["heal_ms"]
-        f["heal_bytes"] = healed[0]["heal_bytes"]
-    back = [kv for kv in mine if kv["commit"]]
-    if back:
-        f["rejoin_ms"] = (back[0]["t"] - t_kill) * 1000
-        f["rejoin_step"] = back[0]["step"]
-    # Lost: a survivor whose first commit after the kill does not go past
-    # what it had committed before; the restarted group coming back below
-    # the job's step at the kill.
-    lost = 0
-    for gg in {gg for gg, _ in surv}:
-        had = max((kv["step"] for g2, kv in earlier
-                   if g2 == gg and kv["commit"]), default=0)
-        after = [kv["step"] for g2, kv in surv if g2 == gg and kv["commit"]]
-        if after:
-            lost = max(lost, had + 1 - after[0])
-    if back:
-        lost = max(lost, before + 1 - back[0]["step"])
-    f["lost"] = max(0, lost)
-    return f
+class Chaos:
+    """Injects the faults; each fault is a dict with its kind, the groups
+    it hit and when, filled in as it goes (some take several moves)."""
+
+    def __init__(self, job, lh, args, rng):
+        self.job, self.lh, self.args, self.rng = job, lh, args, rng
+        self.faults = []
+        self.pending = []  # (time, callable) moves still to make
+
+    def later(self, delay, fn):
+        self.pending.append((time.monotonic() + delay, fn))
+
+    def tick(self):
+        now = time.monotonic()
+        due = [p for p in self.pending if p[0] <= now]
+        self.pending = [p for p in self.pending if p[0] > now]
+        for _, fn in due:
+            fn()
+
+    def busy(self):
+        return bool(self.pending)
+
+    def kill_group(self, f, g):
+        ws = self.job.workers(g)
+        if not ws:
+            return False
+        signal_all(ws, signal.SIGKILL)
+        f["moves"].append({"what": "kill", "group": g,
+                           "t": time.monotonic(), "pids": ws})
+        return True
+
+    def after_restart(self, f, g, starts, delay, fn, waited=0.0):
+        """Calls fn once group g has started again (a start line beyond
+        `starts`), `delay` seconds after."""
+        if self.job.starts_of(g) > starts:
+            self.later(delay, fn)
+        elif waited < 60:
+            self.later(0.005, lambda: self.after_restart(
+                f, g, starts, delay, fn, waited + 0.005))
+        else:
+            f["incomplete"] = True
+
+    def inject(self, kind):
+        rng, G = self.rng, self.args.groups
+        g = rng.randrange(G)
+        other = rng.choice([x for x in range(G) if x != g]) if G > 1 else g
+        f = {"kind": kind, "group": g, "t": time.monotonic(),
+             "step": self.job.max_step(), "moves": []}
+        starts = self.job.starts_of(g)
+        if kind == "kill":
+            if not self.kill_group(f, g):
+                return None
+        elif kind == "kill-rank":
+            ws = self.job.workers(g)
+            if len(ws) < 2:
+                return None
+            victim = ws[rng.randrange(1, len(ws))]
+            signal_all([victim], signal.SIGKILL)
+            f["moves"].append({"what": "kill-rank", "group": g,
+                               "t": time.monotonic(), "pids": [victim]})
+        elif kind in ("stop", "stop-skew"):
+            ws = self.job.workers(g)
+            if not ws:
+                return None
+            if kind == "stop":
+                signal_all(ws, signal.SIGSTOP)
+                hold = rng.uniform(1.5, 3.5)
+            else:
+                signal_all(ws[-1:], signal.SIGSTOP)
+                time.sleep(rng.uniform(0, 0.05))
+                signal_all(ws[:-1], signal.SIGSTOP)
+                hold = 3.0
+            f["moves"].append({"what": "stop", "group": g,
+                               "t": time.monotonic(), "pids": ws,
+                               "hold_s": hold})
+            self.later(hold, lambda: signal_all(ws, signal.SIGCONT))
+        elif kind == "kill-restart":
+            if not self.kill_group(f, g):
+                return None
+            self.after_restart(f, g, starts, rng.uniform(0.02, 0.12),
+                               lambda: self.kill_group(f, g))
+        elif kind == "kill-configure":
+            if not self.kill_group(f, g):
+                return None
+            self.after_restart(f, g, starts, rng.uniform(0, 0.15),
+                               lambda: self.kill_group(f, other))
+        elif kind == "kill-heal":
+            if not self.kill_group(f, g):
+                return None
+            victim = g if rng.random() < 0.5 else other
+            self.after_restart(f, g, starts, rng.uniform(0, 0.3),
+                               lambda: self.kill_group(f, victim))
+        elif kind == "two":
+            if G < 3:
+                return None
+            if not self.kill_group(f, g) or not self.kill_group(f, other):
+                return None
+        elif kind == "lh-kill":
+            self.lh.kill()
+            f["moves"].append({"what": "lh-kill", "t": time.monotonic()})
+            self.later(rng.uniform(0.3, 2.0), self.lh.start)
+        elif kind == "lh-stop":
+            self.lh.proc.send_signal(signal.SIGSTOP)
+            self.lh.stopped = True
+            f["moves"].append({"what": "lh-stop", "t": time.monotonic()})
+
+            def cont():
+                self.lh.proc.send_signal(signal.SIGCONT)
+                self.lh.stopped = False
+            self.later(3.0, cont)
+        self.faults.append(f)
+        return f
+
+
+def check_never_back(job):
+    """The job's committed step never goes back; an incarnation never
+    commits a step twice. Returns the problems found."""
+    bad = []
+    last = {}  # group -> (start index, step)
+    job_step = 0
+    for t, g, inc, kv in sorted(job.commits, key=lambda c: c[0]):
+        prev_inc, prev_step = last.get(g, (-1, 0))
+        if inc < prev_inc:
+            continue  # a dead incarnation's line, read late
+        if inc > prev_inc:
+            prev_step = 0
+        if kv["step"] <= prev_step:
+            bad.append(f"group {g} (start {inc}) committed step {kv['step']} "
+                       f"after step {prev_step}")
+        last[g] = (inc, kv["step"])
+        now = max(s for _, s in last.values())
+        if now < job_step:
+            bad.append(f"the job's committed step went back from {job_step} "
+                       f"to {now} (group {g}, start {inc})")
+        job_step = now
+    return bad
+
+
+def check_restarts(job, faults):
+    """Every start of a group beyond its first follows a fault on it."""
+    bad = []
+    hits = {}
+    for f in faults:
+        for mv in f["moves"]:
+            if "group" in mv:
+                hits.setdefault(mv["group"], []).append(mv["t"])
+    for g, starts in job.starts.items():
+        avail = sorted(hits.get(g, []))
+        for t in starts[1:]:
+            before = [x for x in avail if x < t]
+            if not before:
+                bad.append(f"group {g} started again at {t:.3f} with no fault "
+                           f"on it: a survivor exited")
+                continue
+            avail.remove(before[-1])
+    return bad
+
+
+def detection(job, faults, hb_s):
+    """For each fault that takes groups out: from its first move, the first
+    commit by a group it did not hit, in a quorum newer than the last one
+    committed before the fault."""
+    out = []
+    commits = sorted(job.commits, key=lambda c: c[0])
+    for f in faults:
+        if f["kind"] not in TIMED or not f["moves"]:
+            continue
+        # From the last move: a kill that lands in a configure or a heal
+        # after a restart, or the second kill of a restarted group, is the
+        # one the survivors must get over.
+        t0 = f["moves"][-1]["t"]
+        hit = {mv["group"] for mv in f["moves"] if "group" in mv}
+        # Each survivor's quorum before the fault: the next commit in
+        # another one (ids restart with a new lighthouse: compare, do not
+        # order).
+        before = {}
+        for t, g, _, kv in commits:
+            if t < t0:
+                before[g] = kv["quorum"]
+        nxt = [t for t, g, _, kv in commits
+               if t > t0 and g not in hit and kv["quorum"] != before.get(g)]
+        f["next_commit_ms"] = (nxt[0] - t0) * 1000 if nxt else None
+        out.append(f)
+    return out
+
+
+def read_f32(path):
+    with open(path, "rb") as fh:
+        data = fh.read()
+    return struct.unpack(f"{len(data) // 4}f", data)
+
+
+def oracle(dump, ref_dump, nproc, tol):
+    """Each group's rank r against the fault-free run's rank r: the
+    largest relative difference, and the problems."""
+    bad, worst = [], 0.0
+    refs = {}
+    for name in os.listdir(ref_dump):
+        r = int(name.rsplit(".rank", 1)[1].split(".")[0])
+        refs[r] = read_f32(os.path.join(ref_dump, name))
+    if sorted(refs) != list(range(nproc)):
+        return [f"the fault-free run wrote ranks {sorted(refs)}"], worst
+    seen = 0
+    for name in sorted(os.listdir(dump)):
+        r = int(name.rsplit(".rank", 1)[1].split(".")[0])
+        got = read_f32(os.path.join(dump, name))
+        want = refs[r]
+        if len(got) != len(want):
+            bad.append(f"{name}: {len(got)} parameters, the fault-free run "
+                       f"{len(want)}")
+            continue
+        d = max(abs(a - b) / (1.0 + abs(b)) for a, b in zip(got, want))
+        worst = max(worst, d)
+        if not d <= tol:
+            bad.append(f"{name}: {d:.3g} (relative) from the fault-free run")
+        seen += 1
+    return bad, worst
+
+
+def run(args, groups, steps, faulty, dump, rng, env, lh):
+    job = Job(args, groups, steps, lh.port, env, dump, faulty)
+    chaos = Chaos(job, lh, args, rng)
+    kinds = args.kinds
+    hangs = 0
+    deadline = time.monotonic() + args.max_s
+    next_fault = args.chaos
+    try:
+        while job.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+            chaos.tick()
+            now = time.monotonic()
+            lh_away = lh.stopped or lh.proc.poll() is not None
+            with job.lock:
+                idle = now - job.last_commit
+            if lh_away:
+                with job.lock:
+                    job.last_commit = now
+            elif idle > args.hang_s:
+                print(f"train_ft.py: no commit for {args.hang_s} s: a hang",
+                      flush=True)
+                hangs += 1
+                break
+            if not faulty or not args.chaos or \
+                    len(chaos.faults) >= args.count or chaos.busy():
+                continue
+            step = job.max_step()
+            if step < next_fault or step > steps - 40:
+                continue
+            # The next fault once every group is in and has committed since
+            # the last one, so faults never pile up into a total loss.
+            if chaos.faults:
+                t_last = max(mv["t"] for mv in chaos.faults[-1]["moves"]) \
+                    if chaos.faults[-1]["moves"] else chaos.faults[-1]["t"]
+                with job.lock:
+                    fresh = {g for t, g, _, _ in job.commits if t > t_last + 0.5}
+                if len(fresh) < groups:
+                    continue
+            f = chaos.inject(rng.choice(kinds))
+            if f is None:
+                continue
+            print(f"train_ft.py: fault {len(chaos.faults)}: {f['kind']} "
+                  f"(group {f['group']}) at step {f['step']}", flush=True)
+            next_fault = step + args.chaos
+        if job.proc.poll() is None:
+            hangs += hangs == 0
+    finally:
+        for _, fn in chaos.pending:  # let stopped processes go
+            fn()
+        job.stop()
+    return job, chaos.faults, hangs
 
 
 def main():
@@ -218,10 +531,13 @@ def main():
     ap.add_argument("--nproc", type=int, default=2,
                     help="ranks per group (tensor parallel)")
     ap.add_argument("--steps", type=int, default=0,
-                    help="steps to commit (default: enough for the kills)")
+                    help="steps to commit (default: enough for the faults)")
     ap.add_argument("--chaos", type=int, default=0,
-                    help="kill a random group every N committed steps")
-    ap.add_argument("--kills", type=int, default=10)
+                    help="a random fault every N committed steps")
+    ap.add_argument("--count", "--kills", type=int, default=10,
+                    help="faults to inject")
+    ap.add_argument("--faults", default="kill,kill-rank,stop,stop-skew",
+                    help=f"kinds to draw from, or 'all': {','.join(FAULTS)}")
     ap.add_argument("--state-mib", type=int, default=0)
     ap.add_argument("--timeout-ms", type=int, default=1000,
                     help="collective and commit vote deadline")
@@ -231,131 +547,132 @@ def main():
                     help="the lighthouse's")
     ap.add_argument("--step-ms", type=int, default=0)
     ap.add_argument("--hang-s", type=float, default=20.0)
-    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--max-s", type=float, default=3600.0)
+    ap.add_argument("--detect-slack-s", type=float, default=0.3,
+                    help="bound on the survivors' next commit after a "
+                    "fault, beyond the heartbeat timeout")
+    ap.add_argument("--no-oracle", dest="same_data", action="store_false",
+                    help="each group on its own share of the data (no "
+                    "fault-free comparison)")
+    ap.add_argument("--tolerance", type=float, default=1e-5)
+    ap.add_argument("--seed", type=int, default=None,
+                    help="random by default (printed)")
     ap.add_argument("--json", help="write every figure here")
     ap.add_argument("--print-every", type=int, default=20)
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args()
-    if args.steps == 0:  # kills stop 40 steps before the end
-        args.steps = args.chaos * (args.kills + 2) + 60 if args.chaos else 200
+    args.kinds = FAULTS if args.faults == "all" else args.faults.split(",")
+    for k in args.kinds:
+        if k not in FAULTS:
+            ap.error(f"unknown fault '{k}': {', '.join(FAULTS)}")
+    if args.steps == 0:
+        # A fault waits until every group is back and has committed since
+        # the last one (a stopped group is away for seconds), and none
+        # comes in the last 40 steps.
+        args.steps = args.count * (args.chaos + 150) + 100 if args.chaos \
+            else 200
+    if args.seed is None:
+        args.seed = random.SystemRandom().randrange(1 << 31)
+    print(f"train_ft.py: seed {args.seed}", flush=True)
     rng = random.Random(args.seed)
-    job = Job(args)
-    kills = []
-    hangs = 0
-    deadline = time.monotonic() + 3600
+    env = dict(os.environ)
+    env.setdefault("GANG_STORE_SECRET", os.urandom(16).hex())
+    tmp = tempfile.mkdtemp(prefix="train_ft-")
+    ok, problems = True, []
+    lh = Lighthouse(args, env)
     try:
-        next_kill = args.chaos
-        while job.proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.02)
-            now = time.monotonic()
-            with job.lock:
-                stale = [g for g, t in job.last_line.items()
-                         if now - t > args.hang_s]
-            if stale:
-                print(f"train_ft.py: groups {stale} logged no step for "
-                      f"{args.hang_s} s: a hang", flush=True)
-                hangs += 1
-                break
-            if not args.chaos or len(kills) >= args.kills:
-                continue
-            step = job.max_step()
-            if step < next_kill or step > args.steps - 40:
-                continue
-            # Kill only with every group in: the last one back and healed.
-            if kills and "rejoin_ms" not in measure(
-                    job, kills[-1]["group"], kills[-1]["t_kill"],
-                    kills[-1]["step_before"], kills[-1]["from"]):
-                continue
-            if kills:
-                prev = kills[-1]
-                prev.update(measure(job, prev["group"], prev["t_kill"],
-                                    prev["step_before"], prev["from"]))
-            g = rng.randrange(args.groups)
-            gp = job.group_pid(g)
-            workers = children(gp) if gp else []
-            if not workers:
-                continue
-            with job.lock:
-                start = len(job.steps)
-            before = job.max_step()
-            t_kill = time.monotonic()
-            for w in workers:
-                try:
-                    os.kill(w, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            kills.append({"group": g, "t_kill": t_kill, "step_before": before,
-                          "from": start})
-            print(f"train_ft.py: kill {len(kills)}: group {g} (workers "
-                  f"{workers}) at step {before}", flush=True)
-            next_kill = before + args.chaos
-        if job.proc.poll() is None:
-            hangs += hangs == 0 and time.monotonic() >= deadline
+        ref = os.path.join(tmp, "ref")
+        if args.same_data:
+            os.mkdir(ref)
+            rjob, _, rh = run(args, 1, args.steps, False, ref, rng, env, lh)
+            if rjob.proc.returncode != 0 or rh:
+                problems.append(f"the fault-free run failed (status "
+                                f"{rjob.proc.returncode})")
+        dump = os.path.join(tmp, "run")
+        os.mkdir(dump)
+        job, faults, hangs = run(args, args.groups, args.steps, True,
+                                 dump if args.same_data else None, rng, env,
+                                 lh)
     finally:
-        if job.proc.poll() is None:
-            os.killpg(job.proc.pid, signal.SIGTERM)
-            try:
-                job.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(job.proc.pid, signal.SIGKILL)
-                job.proc.wait()
-        job.reader.join(5)
-        job.lh.terminate()
-        job.lh.wait()
-    for k in kills:
-        k.update(measure(job, k["group"], k["t_kill"], k["step_before"],
-                         k["from"]))
+        lh.close()
     rc = job.proc.returncode
-    ok = rc == 0 and hangs == 0
-    # Every group's rank r ends at the target with one hash.
+    if rc != 0:
+        problems.append(f"exit status {rc}")
+    if hangs:
+        problems.append("a hang")
+    done = [f for f in faults if not f.get("incomplete")]
+    if args.chaos and len(done) < args.count:
+        problems.append(f"{len(done)} of {args.count} faults injected")
     hashes = {}
     for g, rank, kv in job.done:
         if kv["step"] != args.steps:
-            print(f"train_ft.py: group {g} rank {rank} ended at step "
-                  f"{kv['step']}, not {args.steps}")
-            ok = False
+            problems.append(f"group {g} rank {rank} ended at step "
+                            f"{kv['step']}, not {args.steps}")
         hashes.setdefault(rank, set()).add(kv["hash"])
     finals = {(g, r) for g, r, _ in job.done}
     if len(finals) != args.groups * args.nproc:
-        print(f"train_ft.py: {len(finals)} of {args.groups * args.nproc} "
-              f"ranks reported their parameters")
-        ok = False
+        problems.append(f"{len(finals)} of {args.groups * args.nproc} ranks "
+                        f"reported their parameters")
     for r, hs in sorted(hashes.items()):
         if len(hs) != 1:
-            print(f"train_ft.py: rank {r}'s parameters differ between groups: "
-                  f"{sorted(hs)}")
-            ok = False
-    lost = sum(k["lost"] for k in kills)
-    ok = ok and lost == 0
-    print(f"train_ft.py: {args.groups} groups x {args.nproc} ranks, "
-          f"{args.steps} steps, {len(kills)} kills; exit status {rc}; "
-          f"parameters {'identical' if all(len(h) == 1 for h in hashes.values()) and hashes else 'DIFFER'}; "
-          f"committed steps lost {lost}; hangs {hangs}")
-    if kills:
-        by = [k.get("detect_by") for k in kills]
-        print(f"\ndetected by a failed collective: {by.count('error')}; by "
-              f"the next quorum (nothing in flight): {by.count('quorum')}")
-        print("\n| from the kill | n | median | p90 | max |")
-        print("|---|---:|---:|---:|---:|")
-        for key, label in (("detect_ms", "detected (ms)"),
-                           ("quorum_ms", "next quorum (ms)"),
-                           ("configure_ms", "replica gang rebuilt (ms)"),
-                           ("rejoin_ms", "killed group commits again (ms)"),
-                           ("heal_ms", "state healed (ms)")):
-            xs = [k[key] for k in kills if k.get(key) is not None]
-            if xs:
-                print(f"| {label} | {len(xs)} | {statistics.median(xs):.0f} | "
-                      f"{pct(xs, 90):.0f} | {max(xs):.0f} |")
-        hb = [k["heal_bytes"] for k in kills if k.get("heal_bytes")]
-        if hb:
-            print(f"\nhealed {hb[0]} bytes per group rank "
-                  f"({hb[0] / 2**20:.1f} MiB)")
+            problems.append(f"rank {r}'s parameters differ between groups: "
+                            f"{sorted(hs)}")
+    back = check_never_back(job)
+    problems += back
+    restarts = check_restarts(job, faults)
+    problems += restarts
+    worst = None
+    if args.same_data and not problems:
+        bad, worst = oracle(dump, ref, args.nproc, args.tolerance)
+        problems += bad
+    hb_s = args.heartbeat_timeout_ms / 1000
+    timed = detection(job, faults, hb_s)
+    late = [f for f in timed if f.get("next_commit_ms") is None or
+            f["next_commit_ms"] > (hb_s + args.detect_slack_s) * 1000]
+    for f in late:
+        problems.append(f"fault {f['kind']} on group {f['group']} at step "
+                        f"{f['step']}: the survivors' next commit "
+                        f"{'never came' if f.get('next_commit_ms') is None else '%.0f ms later' % f['next_commit_ms']}"
+                        f" (bound {(hb_s + args.detect_slack_s) * 1000:.0f} "
+                        f"ms)")
+    ok = not problems
+    kinds = {}
+    for f in faults:
+        kinds[f["kind"]] = kinds.get(f["kind"], 0) + 1
+    print(f"\ntrain_ft.py: {args.groups} groups x {args.nproc} ranks, "
+          f"{args.steps} steps, {len(faults)} faults "
+          f"({', '.join(f'{k} {n}' for k, n in sorted(kinds.items()))}); "
+          f"seed {args.seed}; exit status {rc}; "
+          f"starts {sum(len(s) for s in job.starts.values())}; "
+          f"job step back {len(back)}; unexplained restarts {len(restarts)}; "
+          f"hangs {hangs}; oracle "
+          f"{'%.3g' % worst if worst is not None else 'not run'} "
+          f"(tolerance {args.tolerance:g})")
+    xs = [f["next_commit_ms"] for f in timed
+          if f.get("next_commit_ms") is not None]
+    if xs:
+        print(f"survivors' next commit after a fault: n {len(xs)}, median "
+              f"{statistics.median(xs):.0f} ms, p90 {pct(xs, 90):.0f} ms, "
+              f"max {max(xs):.0f} ms (bound "
+              f"{(hb_s + args.detect_slack_s) * 1000:.0f} ms)")
+    for p in problems[:20]:
+        print(f"train_ft.py: {p}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "exit_status": rc, "hangs": hangs,
-                       "lost": lost, "kills": kills,
-                       "identical": all(len(h) == 1 for h in hashes.values()),
-                       "ok": ok}, f, indent=1)
+        with open(args.json, "w") as fh:
+            json.dump({"args": {k: v for k, v in vars(args).items()},
+                       "exit_status": rc, "hangs": hangs,
+                       "faults": faults, "oracle_worst": worst,
+                       "problems": problems, "ok": ok}, fh, indent=1,
+                      default=str)
+    if not ok:
+        print(f"train_ft.py: parameter dumps kept in {tmp}")
+    else:
+        for d in (os.path.join(tmp, "ref"), os.path.join(tmp, "run")):
+            for n in os.listdir(d) if os.path.isdir(d) else []:
+                os.unlink(os.path.join(d, n))
+            if os.path.isdir(d):
+                os.rmdir(d)
+        os.rmdir(tmp)
     print(f"train_ft.py: {'PASS' if ok else 'FAIL'}")
     return 0 if ok else 1
 

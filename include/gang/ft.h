@@ -175,42 +175,68 @@ typedef struct gang_manager_options {
  * heartbeat_ms. */
 GANG_API gang_status gang_manager_create(const gang_manager_options *opts,
                                          gang_manager **out);
-/* Stops the heartbeat, leaves the quorum and frees everything (NULL is
- * fine). */
+/* Stops the heartbeat, leaves the quorum (the lighthouse counts the group
+ * gone at once, not after its heartbeat timeout) and frees everything
+ * (NULL is fine). */
 GANG_API void gang_manager_destroy(gang_manager *m);
 
 /* Registers `len` bytes at `buf` (borrowed for the manager's life) as part
  * of the replica's state under `name`: a replica that is behind receives
  * every registered buffer from an up-to-date one. Every rank of every
  * group registers the same names with the same sizes, in the same order,
- * before its first start_quorum (later: GANG_INVALID_USAGE). */
+ * before its first start_quorum (later: GANG_INVALID_USAGE).
+ *
+ * The manager reads these buffers (to send them) between start_quorum and
+ * should_commit, from its own thread, and writes them only inside
+ * should_commit, on the caller's thread: the caller may read them meanwhile
+ * (its forward and backward passes) but must not write them until
+ * should_commit has returned (its optimizer step comes after). A replica
+ * that heals receives the state into buffers of the manager's own (as much
+ * memory again as the registered state, while it heals). */
 GANG_API gang_status gang_manager_register_state(gang_manager *m,
                                                  const char *name, void *buf,
                                                  size_t len);
 
 /* Starts the next step's quorum in the background (torchft's
- * start_quorum): returns at once. allow_heal: this replica may receive the
- * state if it is behind; shrink_only: the quorum may only lose members. */
+ * start_quorum): returns at once, and the caller computes its step
+ * meanwhile (forward, backward). allow_heal: this replica may receive the
+ * state if it is behind (every replica of a job passes the same);
+ * shrink_only: the quorum may only lose members. A replica that heals in
+ * this step takes part in its all_reduce with zeros and is not counted:
+ * it computed from a state it did not have yet. GANG_ABORTED when the
+ * group's gang failed (see should_commit). */
 GANG_API gang_status gang_manager_start_quorum(gang_manager *m, bool allow_heal,
                                                bool shrink_only);
 
 /* Waits for the quorum started last (and any healing) to finish. Errors
  * are recorded for should_commit rather than returned, except a quorum
- * that timed out (GANG_TIMEOUT), which is returned. */
+ * that timed out (GANG_TIMEOUT), which is returned, alike on every rank of
+ * the group, and a failed group (GANG_ABORTED, see should_commit). The
+ * healed state is not in the registered buffers yet: should_commit puts
+ * it there. */
 GANG_API gang_status gang_manager_wait_quorum(gang_manager *m);
 
 /* all_reduce over the replica gang of the current quorum, in place.
- * GANG_MEAN divides by the participants; a replica that does not take part
- * (it is healing) sends zeros. Never fails: an error is recorded, the
- * buffer is left unspecified, and should_commit will vote no. */
+ * GANG_MEAN divides by the participants: the replicas at the job's step
+ * (healing: those not healing). A replica that does not take part (it is
+ * behind, or heals this step) sends zeros and receives the result. Fails
+ * only when the group's gang failed (GANG_ABORTED): any other error is
+ * recorded, the buffer is left unspecified, and should_commit votes no. */
 GANG_API gang_status gang_manager_all_reduce(gang_manager *m, void *buf,
                                              size_t count, gang_dtype dtype,
                                              gang_reduce_op op);
 
 /* Whether this step commits: an AND of every rank of the group (no error
- * recorded, enough participants), with the manager's timeout. On commit the
- * step advances. *commit receives the decision. Fails (GANG_ABORTED) once
- * more than max_retries steps in a row did not commit. */
+ * recorded, enough participants), with the manager's timeout. A replica
+ * that healed this step has the received state put into its registered
+ * buffers first (at the step it was received at), so its optimizer step
+ * then matches the others'. On commit the step advances. *commit receives
+ * the decision. Fails (GANG_ABORTED) once more than max_retries steps in a
+ * row did not commit, and when the group's own gang failed (a vote, or
+ * the sharing of a quorum, over the group did not complete, as when one
+ * of its ranks was stopped past the timeout): the manager then leaves the
+ * lighthouse and every later call fails the same way; the group must
+ * exit and be restarted (its launcher's --max-restarts). */
 GANG_API gang_status gang_manager_should_commit(gang_manager *m, bool *commit);
 
 /* Records an error: this step will not commit. Any thread. */

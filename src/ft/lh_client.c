@@ -138,6 +138,20 @@ gang_status gang__lh_heartbeat(gang__lh_client *c, const char *id) {
   return GANG_OK;
 }
 
+gang_status gang__lh_leave(gang__lh_client *c, const char *id) {
+  GANG_ARG_CHECK(c != NULL, "gang__lh_leave", "client is NULL");
+  GANG_ARG_CHECK(id != NULL && gang__lh_id_valid(id, strlen(id)),
+                 "gang__lh_leave",
+                 "id is not a replica id (1..127 printable bytes, no spaces)");
+  char key[GANG__LH_KEY_CAP];
+  snprintf(key, sizeof key, GANG__LH_KEY_HB, id);
+  int64_t beats = 0;
+  gang_status s = gang_store_add(c->st, key, GANG__LH_LEFT, &beats);
+  if (s != GANG_OK)
+    return gang__error_wrap(s, "lighthouse %s: leave of '%s'", c->addr, id);
+  return GANG_OK;
+}
+
 static bool includes(const gang__lh_quorum *q, const char *id) {
   for (int i = 0; i < q->n; i++)
     if (strcmp(q->members[i].replica_id, id) == 0)

@@ -22,6 +22,9 @@
 #define GANG__LH_KEY_IDS "lh/ids"
 #define GANG__LH_KEY_ROUND "lh/round"
 #define GANG__LH_KEY_HB "lh/hb/%s"
+/* Added to a heartbeat counter by a replica that leaves: a negative
+ * counter is a replica gone at once (no heartbeat timeout to wait). */
+#define GANG__LH_LEFT (INT64_MIN / 2)
 #define GANG__LH_KEY_JOIN "lh/r/%lld/join/%s"
 #define GANG__LH_KEY_QUORUM "lh/r/%lld/quorum"
 #define GANG__LH_KEY_NOTICE "lh/notice/%lld"
@@ -108,11 +111,12 @@ void gang__lh_http_stop(gang__lh_http *h);
 
 /* What the thread keeps per replica beyond gang__lh_replica. */
 typedef struct gang__lh_extra {
-  int64_t beats;   /* last counter read; -1: not read yet */
-  int64_t seen_ms; /* when the id was registered */
-  bool bad_join;   /* this round's join record was malformed */
-  bool noticed;    /* a failure notice went out since it was last healthy */
-  bool has_member; /* reps[i].member holds a join seen in some round */
+  int64_t beats;      /* last counter read; -1: not read yet */
+  int64_t seen_ms;    /* when the id was registered */
+  bool bad_join;      /* this round's join record was malformed */
+  bool noticed;       /* a failure notice went out since it was last healthy */
+  bool has_member;    /* reps[i].member holds a join seen in some round */
+  int64_t join_round; /* the round of the join it is joined with */
 } gang__lh_extra;
 
 struct gang_lighthouse {
@@ -137,6 +141,7 @@ struct gang_lighthouse {
   int nreps;
   size_t ids_off; /* bytes of lh/ids already read */
   int64_t last_warn_ms;
+  int64_t last_tick_ms; /* when the last tick ended (0: none yet) */
   char why[256];
 };
 

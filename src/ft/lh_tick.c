@@ -135,7 +135,9 @@ static gang_status read_beats(gang_lighthouse *L, int64_t now) {
     int64_t beats;
     GANG_CHECK(gang_store_add(L->st, key, 0, &beats));
     gang__lh_extra *e = &L->ext[i];
-    if (beats != e->beats && !(e->beats == -1 && beats == 0))
+    if (beats < 0) /* it left (gang__lh_leave): dead now */
+      L->reps[i].last_beat_ms = INT64_MIN;
+    else if (beats != e->beats && !(e->beats == -1 && beats == 0))
       L->reps[i].last_beat_ms = now;
     e->beats = beats;
   }
@@ -188,14 +190,42 @@ static gang_status send_notices(gang_lighthouse *L, int64_t now) {
       continue;
     snprintf(key, sizeof key, GANG__LH_KEY_NOTICE, (long long)L->notices);
     GANG_CHECK(gang_store_set(L->st, key, id, strlen(id)));
-    GANG_WARN(FT,
-              "lighthouse: replica '%s' of quorum %" PRId64 " has not "
-              "heartbeaten for %" PRId64 " ms: failure notice %" PRId64,
-              id, L->prev.quorum_id, now - L->reps[i].last_beat_ms, L->notices);
+    if (L->ext[i].beats < 0)
+      GANG_INFO(FT,
+                "lighthouse: replica '%s' of quorum %" PRId64 " left: "
+                "notice %" PRId64,
+                id, L->prev.quorum_id, L->notices);
+    else
+      GANG_WARN(FT,
+                "lighthouse: replica '%s' of quorum %" PRId64 " has not "
+                "heartbeaten for %" PRId64 " ms: failure notice %" PRId64,
+                id, L->prev.quorum_id, now - L->reps[i].last_beat_ms,
+                L->notices);
     L->notices++;
     L->ext[i].noticed = true;
   }
   return GANG_OK;
+}
+
+/* A join of the round before that came after its quorum was computed
+ * (or that a shrink_only quorum left out) counts for this round: its
+ * replica, which saw itself left out, joins this round too, but a fast
+ * quorum of the others may form before that join is seen, round after
+ * round, when they step faster than it can join again (a replica
+ * rejoining after a stop was kept out for 30 s so). torchft's lighthouse
+ * keeps such a requester in its participants the same way. Only
+ * replicas that were not in the last quorum are looked for there. */
+static gang_status find_join(gang_lighthouse *L, int i, char *key, size_t cap,
+                             bool *here, int64_t *round) {
+  const char *id = L->reps[i].member.replica_id;
+  *round = L->round;
+  snprintf(key, cap, GANG__LH_KEY_JOIN, (long long)*round, id);
+  GANG_CHECK(gang_store_check(L->st, (const char *const[]){key}, 1, here));
+  if (*here || L->round == 0 || in_prev(L, id))
+    return GANG_OK;
+  *round = L->round - 1;
+  snprintf(key, cap, GANG__LH_KEY_JOIN, (long long)*round, id);
+  return gang_store_check(L->st, (const char *const[]){key}, 1, here);
 }
 
 static gang_status read_joins(gang_lighthouse *L, int64_t now) {
@@ -204,10 +234,9 @@ static gang_status read_joins(gang_lighthouse *L, int64_t now) {
     gang__lh_replica *r = &L->reps[i];
     if (r->joined || L->ext[i].bad_join || !healthy(L, i, now))
       continue;
-    snprintf(key, sizeof key, GANG__LH_KEY_JOIN, (long long)L->round,
-             r->member.replica_id);
     bool here = false;
-    GANG_CHECK(gang_store_check(L->st, (const char *const[]){key}, 1, &here));
+    int64_t round = L->round;
+    GANG_CHECK(find_join(L, i, key, sizeof key, &here, &round));
     if (!here)
       continue;
     void *v = NULL;
@@ -230,6 +259,7 @@ static gang_status read_joins(gang_lighthouse *L, int64_t now) {
     r->joined = true;
     r->joined_ms = now;
     L->ext[i].has_member = true;
+    L->ext[i].join_round = round;
   }
   return GANG_OK;
 }
@@ -291,9 +321,17 @@ static gang_status publish(gang_lighthouse *L, gang__lh_member *members,
    * round). */
   for (int i = 0; i < L->nreps && s == GANG_OK; i++)
     if (L->reps[i].joined || L->ext[i].bad_join) {
+      /* A join carried from the round before: that key too (the replica
+       * may also have joined this round meanwhile). */
       snprintf(key, sizeof key, GANG__LH_KEY_JOIN, (long long)L->round,
                L->reps[i].member.replica_id);
       s = gang_store_delete(L->st, key, NULL);
+      if (s == GANG_OK && L->reps[i].joined &&
+          L->ext[i].join_round != L->round) {
+        snprintf(key, sizeof key, GANG__LH_KEY_JOIN,
+                 (long long)L->ext[i].join_round, L->reps[i].member.replica_id);
+        s = gang_store_delete(L->st, key, NULL);
+      }
     }
   if (s == GANG_OK && L->round >= GANG__LH_GC_ROUNDS) {
     snprintf(key, sizeof key, GANG__LH_KEY_QUORUM,
@@ -354,15 +392,38 @@ void gang__lh_publish_status(gang_lighthouse *L) {
 
 /* ---- The tick ------------------------------------------------------------ */
 
+/* After a stall of the lighthouse itself (its process stopped, or starved
+ * of CPU) longer than half a heartbeat timeout, it cannot tell which
+ * replica went silent: their beats queued up behind it. Every replica's
+ * heartbeat then counts from now, rather than every member of the last
+ * quorum being declared dead at once and every step in flight aborted. */
+static void forgive_stall(gang_lighthouse *L, int64_t now) {
+  /* From the end of the last tick: a tick slow of its own work (many
+   * replicas) is not a stall. */
+  int64_t gap = L->last_tick_ms > 0 ? now - L->last_tick_ms : 0;
+  if (gap <= L->cfg.heartbeat_timeout_ms / 2 || gap <= 2 * L->tick_ms)
+    return;
+  GANG_INFO(FT,
+            "lighthouse: %" PRId64 " ms since its last tick (it was stopped "
+            "or starved): heartbeats count from now",
+            gap);
+  for (int i = 0; i < L->nreps; i++)
+    if (L->reps[i].last_beat_ms != INT64_MIN)
+      L->reps[i].last_beat_ms = now;
+}
+
 gang_status gang__lh_tick(gang_lighthouse *L) {
   int64_t now = gang__lh_now_ms();
+  forgive_stall(L, now);
   GANG_CHECK(read_ids(L, now));
   now = gang__lh_now_ms();
   GANG_CHECK(read_beats(L, now));
   GANG_CHECK(prune(L, now));
   GANG_CHECK(send_notices(L, now));
   GANG_CHECK(read_joins(L, now));
-  return decide(L, now);
+  gang_status s = decide(L, now);
+  L->last_tick_ms = gang__lh_now_ms();
+  return s;
 }
 
 int gang__lh_fast_keys(gang_lighthouse *L, int64_t now, char **keys) {

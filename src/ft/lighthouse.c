@@ -72,9 +72,21 @@ static void wait_next(gang_lighthouse *L, int64_t until_ms) {
     /* A whole tick rather than what is left of it: a wait that times out
      * records the same error text every tick of a round, which is logged
      * once instead of every tick. */
+    int64_t t0 = gang__lh_now_ms();
     gang_status s = gang_store_wait(L->st, ptrs, (size_t)k, L->tick_ms);
-    if (s != GANG_OK && s != GANG_TIMEOUT)
+    if (s != GANG_OK && s != GANG_TIMEOUT) {
       tick_failed(L, "waiting for joins");
+    } else if (s == GANG_TIMEOUT && gang__lh_now_ms() - t0 > L->tick_ms + 900) {
+      /* No answer at all from its own server, in this very process: the
+       * process was stopped. The connection is broken by that; a new one
+       * is made at the next tick, without a warning. */
+      GANG_INFO(FT,
+                "lighthouse: stalled for %" PRId64 " ms (stopped?): "
+                "reconnecting to its own store",
+                gang__lh_now_ms() - t0);
+      gang_store_close(L->st);
+      L->st = NULL;
+    }
     free(ptrs);
     free(keys);
     return;

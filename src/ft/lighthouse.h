@@ -12,7 +12,8 @@
  *                           lighthouse is a new one (quorum ids restart)
  *   lh/ids                  append log of "<replica_id>\n", one line per
  *                           replica, written at its first heartbeat
- *   lh/hb/<replica_id>      heartbeat counter (store add 1 per beat)
+ *   lh/hb/<replica_id>      heartbeat counter (store add 1 per beat;
+ *                           negative: the replica left)
  *   lh/round                the current round (add 0 reads it)
  *   lh/r/<round>/join/<id>  a replica's join of that round (member record)
  *   lh/r/<round>/quorum     the quorum formed in that round (quorum record)
@@ -139,6 +140,12 @@ uint64_t gang__lh_incarnation(const gang__lh_client *c);
 
 /* One heartbeat of replica `id` (the first also registers it). */
 gang_status gang__lh_heartbeat(gang__lh_client *c, const char *id);
+
+/* Replica `id` leaves: the lighthouse counts it dead at its next tick
+ * (no heartbeat timeout), sends the failure notice if it was in the last
+ * quorum, and leaves it out of the next. Its heartbeats after this count
+ * for nothing. */
+gang_status gang__lh_leave(gang__lh_client *c, const char *id);
 
 /* Joins the current round as `me` (also a heartbeat) and waits up to
  * timeout_ms for a quorum that includes it; a round whose quorum left it

@@ -1,6 +1,6 @@
 /* The managed gang (gang/ft.h; torchft's ManagedProcessGroup): its size
  * is the number of replicas taking part in the current step, its rank this
- * group's replica rank, its all_reduce goes through the manager (MEAN over
+ * group's rank among them, its all_reduce goes through the manager (MEAN over
  * the participants, errors recorded for should_commit, never thrown); the
  * other collectives go to the replica gang as they are. Training code
  * that takes a gang_t for its data-parallel dimension runs on it
@@ -100,7 +100,11 @@ gang_status gang__mgr_managed_create(gang_manager *m, gang_t **out) {
 void gang__mgr_managed_resize(gang_manager *m) {
   gang_t *g = m->managed;
   pthread_mutex_lock(&m->mu);
-  int rank = m->replica_rank, size = m->participants;
+  /* Its rank among the participants: code that shards the step's data by
+   * rank and size covers it exactly. A replica that does not take part
+   * reads 0: what it computes is replaced by zeros. */
+  int rank = m->participant_rank >= 0 ? m->participant_rank : 0;
+  int size = m->participants;
   pthread_mutex_unlock(&m->mu);
   pthread_mutex_lock(&g->mu);
   g->rank = rank;

@@ -48,6 +48,25 @@ void gang__mgr_record(gang_manager *m, gang_status st, const char *detail) {
   pthread_mutex_unlock(&m->mu);
 }
 
+gang_status gang__mgr_fatal(gang_manager *m, const char *what) {
+  char why[600];
+  snprintf(why, sizeof why, "%s", gang_last_error());
+  pthread_mutex_lock(&m->mu);
+  if (m->fatal == GANG_OK) {
+    m->fatal = GANG_ABORTED;
+    snprintf(m->fatal_text, sizeof m->fatal_text,
+             "replica %.128s: the replica group's own gang failed (%.64s: "
+             "%.200s): the group cannot go on and must restart",
+             m->replica_id, what, why);
+    GANG_WARN(FT, "%s", m->fatal_text);
+    pthread_cond_broadcast(&m->cv); /* the heartbeat leaves */
+  }
+  char text[512];
+  snprintf(text, sizeof text, "%s", m->fatal_text);
+  pthread_mutex_unlock(&m->mu);
+  return gang__error(GANG_ABORTED, "%s", text);
+}
+
 void gang_manager_report_error(gang_manager *m, gang_status st,
                                const char *detail) {
   if (m != NULL)
@@ -90,11 +109,22 @@ static gang__lh_client *reconnect(gang_manager *m, gang__lh_client *c) {
   return n;
 }
 
+static bool is_fatal(gang_manager *m) {
+  pthread_mutex_lock(&m->mu);
+  bool f = m->fatal != GANG_OK;
+  pthread_mutex_unlock(&m->mu);
+  return f;
+}
+
+/* Beats until the manager stops or its group's gang fails; then leaves,
+ * so the lighthouse counts the group dead at its next tick instead of
+ * after the heartbeat timeout (a stopped group and one destroyed both
+ * stop beating; only one of them can say so). */
 static void *heartbeat_main(void *arg) {
   gang_manager *m = arg;
   gang__lh_client *c = NULL;
   int64_t backoff = m->heartbeat_ms;
-  while (!nap(m, c == NULL ? backoff : m->heartbeat_ms)) {
+  while (!nap(m, c == NULL ? backoff : m->heartbeat_ms) && !is_fatal(m)) {
     c = reconnect(m, c);
     if (c == NULL) {
       backoff = backoff * 3 / 2 > 2000 ? 2000 : backoff * 3 / 2;
@@ -106,20 +136,25 @@ static void *heartbeat_main(void *arg) {
       c = NULL;
     }
   }
+  c = reconnect(m, c);
+  if (c != NULL && gang__lh_leave(c, m->replica_id) != GANG_OK)
+    GANG_INFO(FT, "replica %s: could not tell the lighthouse it left: %s",
+              m->replica_id, gang_last_error());
   gang__lh_close(c);
   return NULL;
 }
 
 /* Whether the notice of `id`'s death concerns this step: it is a member of
- * the quorum in use. Not while a quorum is being formed: the lighthouse
- * sends notices before it computes, so the coming quorum leaves the dead
- * replica out, and a step of it must not fail for a notice that arrived
- * late. (A quorum computed just before the death, with the replica in,
- * fails its rendezvous or collective within the timeout.) */
+ * the quorum in use, or of the one being configured or healed in. Not
+ * while the lighthouse is being asked: it sends notices before it
+ * computes, so the coming quorum leaves the dead replica out, and a step
+ * of it must not fail for a notice that arrived late. A quorum computed
+ * just before the death, with the replica in, is m->q from the moment it
+ * is configured: the notice then stops the configure or the heal. */
 static bool takes_notice(gang_manager *m, const char *id) {
   pthread_mutex_lock(&m->mu);
   bool yes = false;
-  if (!m->quorum_requested && !m->quorum_running)
+  if (m->phase != MGR_ASKING && !m->quorum_requested && !m->voting)
     for (int i = 0; i < m->q.n && !yes; i++)
       yes = strcmp(m->q.members[i].replica_id, id) == 0 &&
             strcmp(id, m->replica_id) != 0;
@@ -157,7 +192,8 @@ static void *notice_main(void *arg) {
              "stopped)",
              id);
     gang__mgr_record(m, GANG_PEER_LOST, why);
-    /* Pending collectives of the replica gang end now, with ABORTED. */
+    /* Pending collectives of the replica gang end now, with ABORTED, and
+     * so does a configure or a heal in progress. */
     gang_abort(m->replica);
   }
   gang__lh_close(c);
@@ -216,6 +252,7 @@ gang_status gang_manager_create(const gang_manager_options *opts,
   if (ro.timeout_ms == 0)
     ro.timeout_ms = m->timeout_ms;
   m->replica_rank = -1;
+  m->participant_rank = -1;
   m->group_rank = m->group != NULL ? gang_rank(m->group) : 0;
   m->group_size = m->group != NULL ? gang_size(m->group) : 1;
   gang_status st;
@@ -284,6 +321,8 @@ void gang_manager_destroy(gang_manager *m) {
   gang_destroy(m->vote);
   gang__lh_close(m->lh_quorum);
   gang__lh_quorum_fini(&m->q);
+  for (int i = 0; i < m->nstates; i++)
+    free(m->states[i].staged);
   free(m->states);
   pthread_cond_destroy(&m->cv);
   pthread_mutex_destroy(&m->mu);
@@ -320,6 +359,7 @@ gang_status gang_manager_register_state(gang_manager *m, const char *name,
   snprintf(s[m->nstates].name, sizeof s[m->nstates].name, "%s", name);
   s[m->nstates].buf = buf;
   s[m->nstates].len = len;
+  s[m->nstates].staged = NULL;
   m->nstates++;
   return GANG_OK;
 }

@@ -22,9 +22,20 @@
 
 typedef struct mgr_state {
   char name[64];
-  void *buf;
+  void *buf; /* the caller's */
   size_t len;
+  void *staged; /* a healing replica receives here (NULL until it does) */
 } mgr_state;
+
+/* Where the quorum worker is (notices are taken from CONFIGURING on: the
+ * quorum they concern is m->q by then). */
+typedef enum mgr_phase {
+  MGR_IDLE,
+  MGR_ASKING,      /* the lighthouse, and sharing its answer */
+  MGR_CONFIGURING, /* the replica gang rebuilt */
+  MGR_HEALING,     /* the state sent or received */
+  MGR_AGREEING,    /* the group agrees on the outcome */
+} mgr_phase;
 
 struct gang_manager {
   pthread_mutex_t mu;
@@ -56,7 +67,22 @@ struct gang_manager {
   gang__lh_quorum q;
   int replica_rank, participants;
   bool participating; /* this replica takes part in this step's all_reduce */
+  /* Healing, torchft's pending state: the state of the up-to-date
+   * replicas at heal_step lies in the states' `staged` buffers, received
+   * and agreed on by the whole group; should_commit moves it into the
+   * caller's buffers (never while the caller may be reading them). */
+  bool heal_pending;
+  int64_t heal_step, heal_qid;
+  uint64_t heal_inc;
+  bool healing; /* this step's replica heals: it sends zeros */
+  bool voting;  /* should_commit began: notices no longer spoil the step */
+  int participant_rank; /* among the participants, -1: not one */
+  /* The group's own gang failed (a vote or a share of the quorum did not
+   * complete): the group must restart. Sticky; every call returns it. */
+  gang_status fatal;
+  char fatal_text[512];
   /* The quorum worker (under mu). */
+  mgr_phase phase;
   bool quorum_requested, quorum_running;
   bool allow_heal, shrink_only;
   gang_status quorum_status; /* GANG_TIMEOUT if the last quorum timed out */
@@ -67,6 +93,12 @@ struct gang_manager {
 
 /* Records an error of this step (the first wins). Any thread. */
 void gang__mgr_record(gang_manager *m, gang_status st, const char *detail);
+
+/* The group's gang failed under `what`: the manager becomes unusable
+ * (m->fatal), stops heartbeating so the lighthouse drops the group, and
+ * every later call fails with GANG_ABORTED saying the group must
+ * restart. Returns that status. Any thread. */
+gang_status gang__mgr_fatal(gang_manager *m, const char *what);
 
 /* The quorum worker (manager_step.c). */
 gang_status gang__mgr_worker_start(gang_manager *m);

@@ -7,9 +7,19 @@
  * step 0 with init_sync, only the primary, max[group_rank % n], so every
  * replica starts from one state); the others are recovery targets, target
  * i healing from up-to-date member (i + group_rank) % n_up, rank r of it
- * to rank r (so sharded states line up). Healing sends the step and every
- * registered buffer over the replica gang, sources to targets, before the
- * step's all_reduce (torchft's sync quorum). */
+ * to rank r (so sharded states line up).
+ *
+ * Healing is torchft's async quorum: the quorum (and the heal) run while
+ * the caller computes its step, so a replica that heals cannot have
+ * computed from the right state: it sends zeros and is not counted in the
+ * participants, and what it receives lands in buffers of the manager's
+ * own, moved into the caller's at should_commit, before the optimizer
+ * step (a source only reads the caller's buffers, which the caller only
+ * reads until should_commit). Every outcome a group's ranks could see
+ * differently -- a configure or a heal that failed on one of them -- is
+ * agreed over the group's vote gang before the step goes on, so the ranks
+ * of a group never split; a vote gang that fails breaks the group for
+ * good (gang__mgr_fatal). */
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -52,10 +62,15 @@ static gang_status ask_lighthouse(gang_manager *m, gang__lh_member *me,
     if (st == GANG_OK)
       return GANG_OK;
     snprintf(last, sizeof last, "%s", gang_last_error());
-    if (st == GANG_TIMEOUT)
-      break;
-    gang__lh_close(m->lh_quorum); /* lost: reconnect */
+    /* Whatever failed -- the lighthouse gone, or stopped past a call's
+     * deadline, which leaves the connection broken -- a new connection
+     * tries again, after a pause, until the quorum timeout. */
+    gang__lh_close(m->lh_quorum);
     m->lh_quorum = NULL;
+    if (gang__deadline_passed(deadline))
+      break;
+    struct timespec ts = {0, 100 * 1000 * 1000};
+    nanosleep(&ts, NULL);
   }
   return gang__error(GANG_TIMEOUT,
                      "replica %s: no quorum from the lighthouse at %s within "
@@ -108,7 +123,12 @@ static gang_status shared_quorum(gang_manager *m, bool shrink_only,
   void *data = rec;
   if (st == GANG_OK)
     st = gang_broadcast_bytes(m->vote, &data, &len, 0);
-  if (m->group_rank != 0 && st == GANG_OK) {
+  if (st != GANG_OK) {
+    if (m->group_rank == 0)
+      free(rec);
+    return gang__mgr_fatal(m, "sharing the quorum over the group");
+  }
+  if (m->group_rank != 0) {
     if (status != GANG_OK)
       st = gang__error((gang_status)status, "%.*s", (int)len, (char *)data);
     else
@@ -116,7 +136,7 @@ static gang_status shared_quorum(gang_manager *m, bool shrink_only,
     free(data);
   } else {
     free(rec);
-    if (st == GANG_OK && status != GANG_OK)
+    if (status != GANG_OK)
       st = (gang_status)status;
   }
   return st;
@@ -133,6 +153,10 @@ typedef struct place {
   int src;               /* replica rank to heal from, -1: none */
   int dst[1024];         /* replica ranks to send to (n <= 1024) */
   int ndst;
+  bool up[1024];     /* up to date: the others are targets */
+  int nup;           /* how many are */
+  bool at_max[1024]; /* at max_step */
+  int nmax;          /* how many are */
 } place;
 
 static gang_status find_place(const gang_manager *m, const gang__lh_quorum *q,
@@ -171,6 +195,13 @@ static gang_status find_place(const gang_manager *m, const gang__lh_quorum *q,
     up[0] = up[m->group_rank % nup]; /* the primary alone */
     nup = 1;
   }
+  for (int j = 0; j < nup; j++)
+    p->up[up[j]] = true;
+  p->nup = nup;
+  for (int i = 0; i < q->n; i++) {
+    p->at_max[i] = q->members[i].step == p->max_step;
+    p->nmax += p->at_max[i];
+  }
   /* Targets in member order; target k heals from up[(k + group_rank) %
    * nup]. */
   int k = 0;
@@ -205,10 +236,20 @@ static gang_status wait_all(gang_work **w, int n, int64_t timeout_ms) {
   return st;
 }
 
+/* Receives the step and every state from p->src into the states' staged
+ * buffers (allocated on the first heal, freed once moved), or sends this
+ * replica's to p->dst; sources read the caller's buffers. */
 static gang_status heal(gang_manager *m, const place *p, int64_t *step) {
   gang_t *r = m->replica;
   int n = m->nstates + 1;
   if (p->src >= 0) { /* receive the step, then every buffer */
+    for (int i = 0; i < m->nstates; i++) {
+      if (m->states[i].staged == NULL && m->states[i].len > 0 &&
+          (m->states[i].staged = malloc(m->states[i].len)) == NULL)
+        return gang__error(GANG_NO_MEMORY,
+                           "healing: no memory to receive '%s' (%zu bytes)",
+                           m->states[i].name, m->states[i].len);
+    }
     gang_work **w = calloc((size_t)n, sizeof *w);
     if (w == NULL)
       return gang__error(GANG_NO_MEMORY, "healing: out of memory");
@@ -218,7 +259,7 @@ static gang_status heal(gang_manager *m, const place *p, int64_t *step) {
     if (st == GANG_OK)
       posted++;
     for (int i = 0; st == GANG_OK && i < m->nstates; i++) {
-      st = gang_recv_post(r, m->states[i].buf, m->states[i].len, p->src,
+      st = gang_recv_post(r, m->states[i].staged, m->states[i].len, p->src,
                           TAG_STATE + i, &w[posted]);
       if (st == GANG_OK)
         posted++;
@@ -262,20 +303,76 @@ static void set_timings(gang_manager *m, const gang_manager_timings *t) {
   pthread_mutex_unlock(&m->mu);
 }
 
+static void set_phase(gang_manager *m, mgr_phase ph) {
+  pthread_mutex_lock(&m->mu);
+  m->phase = ph;
+  pthread_mutex_unlock(&m->mu);
+}
+
+/* Every rank of the group learns whether any of them failed `local` (its
+ * configure or heal), so that none goes on as if the quorum had worked
+ * while another records an error. A vote gang that cannot say is fatal.
+ * Returns the group's outcome: GANG_OK only when every rank's was. */
+static gang_status agree(gang_manager *m, gang_status local, const char *what,
+                         const char *local_why) {
+  if (m->vote == NULL)
+    return local;
+  int32_t failed[2] = {local != GANG_OK ? 1 : 0,
+                       local != GANG_OK ? m->group_rank : -1};
+  gang_work *w = NULL;
+  gang_status st =
+      gang_all_reduce_post(m->vote, failed, 2, GANG_INT32, GANG_MAX, &w);
+  if (st == GANG_OK) {
+    /* The slowest rank may spend a configure and a heal, each bounded by
+     * the timeout (and the claim of its store prefix). */
+    st = gang_work_wait(w, 4 * m->timeout_ms + 1000);
+    gang_work_free(w);
+  }
+  if (st != GANG_OK)
+    return gang__mgr_fatal(m, "agreeing on the quorum's outcome");
+  if (failed[0] == 0)
+    return GANG_OK;
+  if (local != GANG_OK)
+    return gang__error(local, "%s", local_why);
+  return gang__error(GANG_ABORTED,
+                     "replica %s: group rank %d failed its %s, so this step "
+                     "does not commit on any rank of the group",
+                     m->replica_id, failed[1], what);
+}
+
 static gang_status run_quorum(gang_manager *m, bool allow_heal,
                               bool shrink_only) {
+  pthread_mutex_lock(&m->mu);
+  gang_status fatal = m->fatal;
+  pthread_mutex_unlock(&m->mu);
+  if (fatal != GANG_OK) /* a broken group joins no quorum */
+    return gang__mgr_fatal(m, "an earlier step");
   gang__lh_quorum q = {0};
   gang_manager_timings t = {0};
+  set_phase(m, MGR_ASKING);
   int64_t t0 = gang__now_ns();
   gang_status qs = shared_quorum(m, shrink_only, &q);
   t.quorum_ms = (double)(gang__now_ns() - t0) / 1e6;
   set_timings(m, &t);
-  GANG_CHECK(qs);
+  GANG_CHECK(qs); /* the same on every rank of the group */
   place p;
   gang_status st = find_place(m, &q, &p);
   if (st != GANG_OK) {
     gang__lh_quorum_fini(&q);
-    return st;
+    return st; /* the same on every rank too: q is */
+  }
+  /* Who takes part in this step's all_reduce (the rest send zeros):
+   * healing, the up-to-date replicas, a healing one having computed from
+   * a state it did not have yet; without healing, torchft's rule: the
+   * replicas at max_step. Every replica of a job passes the same
+   * allow_heal, so all count alike. */
+  bool healing = allow_heal && p.src >= 0;
+  int prank = -1, nparts = 0;
+  for (int i = 0; i < p.n; i++) {
+    bool in = allow_heal ? p.up[i] : p.at_max[i];
+    if (in && i == p.rank)
+      prank = nparts;
+    nparts += in;
   }
   pthread_mutex_lock(&m->mu);
   bool changed = q.quorum_id != m->q.quorum_id ||
@@ -285,13 +382,14 @@ static gang_status run_quorum(gang_manager *m, bool allow_heal,
   gang__lh_quorum_fini(&m->q);
   m->q = q; /* the worker's now; readers copy under mu */
   m->replica_rank = p.rank;
-  /* Healing first (sync quorum): every member takes part. Without it only
-   * the members at max_step do; the others send zeros. Every replica of a
-   * job passes the same allow_heal, so all divide alike. */
-  m->participants = allow_heal ? p.n : p.n - p.ntargets;
-  m->participating = p.src < 0 || allow_heal;
+  m->participants = nparts;
+  m->participating = prank >= 0;
+  m->participant_rank = prank;
+  m->healing = healing;
+  m->phase = MGR_CONFIGURING; /* notices about m->q count from here */
   pthread_mutex_unlock(&m->mu);
   gang__mgr_managed_resize(m);
+  const char *what = "configure of the replica gang";
   if (changed) {
     char addr[512];
     snprintf(addr, sizeof addr, "%s/rdzv/%016" PRIx64 "/q%" PRId64 "/g%d",
@@ -300,36 +398,48 @@ static gang_status run_quorum(gang_manager *m, bool allow_heal,
     st = gang_ft_configure(m->replica, addr, p.rank, p.n, m->timeout_ms);
     t.configure_ms = (double)(gang__now_ns() - t0) / 1e6;
     set_timings(m, &t);
-    GANG_CHECK(st);
-    GANG_INFO(FT,
-              "replica %s: quorum %" PRId64 " of %d replicas, replica rank %d, "
-              "replica gang ready in %.1f ms",
-              m->replica_id, q.quorum_id, p.n, p.rank, t.configure_ms);
+    if (st == GANG_OK)
+      GANG_INFO(FT,
+                "replica %s: quorum %" PRId64 " of %d replicas, replica rank "
+                "%d, replica gang ready in %.1f ms",
+                m->replica_id, q.quorum_id, p.n, p.rank, t.configure_ms);
   }
-  if (p.src >= 0 && !allow_heal)
-    return GANG_OK; /* behind and not healing: this step sends zeros */
-  if (p.src >= 0 || p.ndst > 0) {
+  int64_t heal_step = 0;
+  bool sends = allow_heal && p.ndst > 0;
+  if (st == GANG_OK && (healing || sends)) {
+    what = "heal";
+    set_phase(m, MGR_HEALING);
     t0 = gang__now_ns();
-    int64_t heal_step = p.src >= 0 ? 0 : step;
+    heal_step = healing ? 0 : step;
     st = heal(m, &p, &heal_step);
     t.heal_ms = (double)(gang__now_ns() - t0) / 1e6;
     int64_t bytes = 0;
     for (int i = 0; i < m->nstates; i++)
       bytes += (int64_t)m->states[i].len;
-    t.heal_bytes = p.src >= 0 ? bytes : -bytes * p.ndst;
+    t.heal_bytes = healing ? bytes : -bytes * p.ndst;
     set_timings(m, &t);
-    GANG_CHECK(st);
-    GANG_INFO(FT, "replica %s: %s %" PRId64 " bytes of state in %.1f ms",
-              m->replica_id, p.src >= 0 ? "healed" : "sent",
-              p.src >= 0 ? bytes : bytes * p.ndst, t.heal_ms);
-    if (p.src >= 0) {
-      pthread_mutex_lock(&m->mu);
-      m->step = heal_step;
-      m->commit_qid = p.commit_quorum; /* the source's state now */
-      m->commit_inc = q.incarnation;
-      pthread_mutex_unlock(&m->mu);
-    }
+    if (st == GANG_OK)
+      GANG_INFO(FT, "replica %s: %s %" PRId64 " bytes of state in %.1f ms",
+                m->replica_id, healing ? "received" : "sent",
+                healing ? bytes : bytes * p.ndst, t.heal_ms);
   }
+  char why[1024];
+  snprintf(why, sizeof why, "%s", gang_last_error());
+  set_phase(m, MGR_AGREEING);
+  st = agree(m, st, what, why);
+  pthread_mutex_lock(&m->mu);
+  if (st == GANG_OK && healing) {
+    /* Received and agreed: should_commit moves it in. */
+    m->heal_pending = true;
+    m->heal_step = heal_step;
+    m->heal_qid = p.commit_quorum; /* the source's state */
+    m->heal_inc = q.incarnation;
+  }
+  m->phase = MGR_IDLE;
+  pthread_mutex_unlock(&m->mu);
+  /* Recorded, not returned: wait_quorum returns only what every rank of
+   * the group sees alike (the lighthouse's answer, shared above). */
+  gang__mgr_record(m, st, gang_last_error());
   return GANG_OK;
 }
 
@@ -396,15 +506,28 @@ static void idle_locked(gang_manager *m) {
     pthread_cond_wait(&m->cv, &m->mu);
 }
 
+/* The fatal error, if the group's gang failed. Called with mu held. */
+static gang_status fatal_locked(gang_manager *m) {
+  if (m->fatal == GANG_OK)
+    return GANG_OK;
+  return gang__error(m->fatal, "%s", m->fatal_text);
+}
+
 gang_status gang_manager_start_quorum(gang_manager *m, bool allow_heal,
                                       bool shrink_only) {
   GANG_ARG_CHECK(m != NULL, "gang_manager_start_quorum", "manager is NULL");
   pthread_mutex_lock(&m->mu);
   idle_locked(m);
+  gang_status fatal = fatal_locked(m);
+  if (fatal != GANG_OK) {
+    pthread_mutex_unlock(&m->mu);
+    return fatal;
+  }
   m->error = GANG_OK; /* a new step */
   m->error_text[0] = '\0';
   m->timings.error_ns = 0;
   m->quorum_status = GANG_OK;
+  m->voting = false;
   m->allow_heal = allow_heal;
   m->shrink_only = shrink_only;
   m->quorum_requested = true;
@@ -417,7 +540,12 @@ gang_status gang_manager_wait_quorum(gang_manager *m) {
   GANG_ARG_CHECK(m != NULL, "gang_manager_wait_quorum", "manager is NULL");
   pthread_mutex_lock(&m->mu);
   idle_locked(m);
-  gang_status st = m->quorum_status;
+  gang_status st = fatal_locked(m);
+  if (st != GANG_OK) {
+    pthread_mutex_unlock(&m->mu);
+    return st;
+  }
+  st = m->quorum_status;
   char why[1024];
   snprintf(why, sizeof why, "%s", m->error_text);
   pthread_mutex_unlock(&m->mu);
@@ -429,13 +557,16 @@ gang_status gang_manager_wait_quorum(gang_manager *m) {
 gang_status gang_manager_all_reduce(gang_manager *m, void *buf, size_t count,
                                     gang_dtype dtype, gang_reduce_op op) {
   GANG_ARG_CHECK(m != NULL, "gang_manager_all_reduce", "manager is NULL");
-  (void)gang_manager_wait_quorum(m);
+  gang_status ws = gang_manager_wait_quorum(m);
   pthread_mutex_lock(&m->mu);
+  gang_status fatal = fatal_locked(m);
   gang_status error = m->error;
   bool in = m->participating;
   int participants = m->participants;
   pthread_mutex_unlock(&m->mu);
-  if (participants == 0)
+  if (fatal != GANG_OK)
+    return fatal;
+  if (ws != GANG_OK || participants == 0)
     return GANG_OK; /* this step will not commit: move nothing */
   if (error != GANG_OK) {
     /* Nor will it with an error: the other replicas, waiting for this
@@ -443,6 +574,8 @@ gang_status gang_manager_all_reduce(gang_manager *m, void *buf, size_t count,
     gang_abort(m->replica);
     return GANG_OK;
   }
+  /* A replica that is behind, or heals this step, computed from a state
+   * that is not the job's: it sends zeros, and is not counted. */
   if (!in)
     memset(buf, 0, count * gang_dtype_size(dtype));
   gang_work *w = NULL;
@@ -462,26 +595,60 @@ gang_status gang_manager_all_reduce(gang_manager *m, void *buf, size_t count,
   return GANG_OK;
 }
 
+/* The healed state moves into the caller's buffers (should_commit, on the
+ * caller's thread, with the worker idle). Called with mu held. */
+static void apply_heal_locked(gang_manager *m) {
+  if (!m->heal_pending)
+    return;
+  for (int i = 0; i < m->nstates; i++) {
+    if (m->states[i].len > 0)
+      memcpy(m->states[i].buf, m->states[i].staged, m->states[i].len);
+    free(m->states[i].staged);
+    m->states[i].staged = NULL;
+  }
+  m->step = m->heal_step;
+  m->commit_qid = m->heal_qid;
+  m->commit_inc = m->heal_inc;
+  m->heal_pending = false;
+  GANG_INFO(FT, "replica %s: healed state in place at step %" PRId64,
+            m->replica_id, m->step);
+}
+
 gang_status gang_manager_should_commit(gang_manager *m, bool *commit) {
   const char *fn = "gang_manager_should_commit";
   GANG_ARG_CHECK(m != NULL && commit != NULL, fn, "manager or commit is NULL");
-  (void)gang_manager_wait_quorum(m);
+  *commit = false;
   pthread_mutex_lock(&m->mu);
+  idle_locked(m);
+  gang_status fatal = fatal_locked(m);
+  if (fatal != GANG_OK) {
+    pthread_mutex_unlock(&m->mu);
+    return fatal;
+  }
+  /* The step's replica traffic is over: a member's death no longer
+   * spoils it (takes_notice). */
+  m->voting = true;
+  apply_heal_locked(m);
+  /* torchft's vote: no error and enough participants. A replica that did
+   * not take part (it was behind) commits too: it sent zeros, and its
+   * step moves on with the others'. */
   int32_t vote = m->error == GANG_OK && m->quorum_status == GANG_OK &&
-                 m->participating && m->participants >= m->min_replica_size;
+                 m->participants >= m->min_replica_size;
   pthread_mutex_unlock(&m->mu);
   if (m->vote != NULL) {
     gang_work *w = NULL;
     gang_status st =
         gang_all_reduce_post(m->vote, &vote, 1, GANG_INT32, GANG_MIN, &w);
     if (st == GANG_OK) {
-      st = gang_work_wait(w, m->timeout_ms);
+      /* Another rank of the group may still sit in this step's replica
+       * all_reduce up to its own deadline (the timeout, and the timeout's
+       * diagnosis) before it votes: the vote waits past that, or a slow
+       * rank of a healthy group would break the group. */
+      st = gang_work_wait(w, 2 * m->timeout_ms + 1000);
       gang_work_free(w);
     }
-    if (st != GANG_OK) {
-      gang__mgr_record(m, st, gang_last_error());
-      vote = 0;
-    }
+    if (st != GANG_OK)
+      return gang__mgr_fatal(m, "the group's commit vote");
   }
   *commit = vote != 0;
   pthread_mutex_lock(&m->mu);

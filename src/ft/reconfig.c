@@ -33,6 +33,8 @@ typedef struct ft_gang {
   incarnation *retired; /* replaced ones with works outstanding */
   gang_options opts;
   char host[256];
+  /* A configure in progress, which gang_abort stops (under mu). */
+  gang__setup_cancel *configuring;
 } ft_gang;
 
 /* What an outer work holds: the incarnation it runs on, its work there. */
@@ -180,7 +182,25 @@ static gang_status ft_configure(gang_t *g, const char *store_addr, int rank,
   incarnation *inc = calloc(1, sizeof *inc);
   if (inc == NULL)
     return gang__error(GANG_NO_MEMORY, "gang_ft_configure: out of memory");
-  gang_status st = gang_create_with_store(&o, store_addr, rank, size, &inc->g);
+  /* gang_abort from another thread stops the rendezvous, as it stops a
+   * collective: a peer of the new quorum that died is not waited for
+   * until the deadline. */
+  gang__setup_cancel cancel;
+  gang__setup_cancel_init(&cancel);
+  pthread_mutex_lock(&f->mu);
+  f->configuring = &cancel;
+  pthread_mutex_unlock(&f->mu);
+  gang_status st = gang__create_with_store_cancel(&o, store_addr, rank, size,
+                                                  &cancel, &inc->g);
+  pthread_mutex_lock(&f->mu);
+  f->configuring = NULL;
+  pthread_mutex_unlock(&f->mu);
+  if (st == GANG_OK && atomic_load(&cancel.fired)) {
+    /* Aborted after its last wait: the caller asked for no gang. */
+    gang_destroy(inc->g);
+    st = gang__error(GANG_ABORTED, "gang creation aborted: %s", cancel.why);
+  }
+  gang__setup_cancel_fini(&cancel);
   if (st != GANG_OK) {
     free(inc);
     return gang__error_wrap(st, "gang_ft_configure as rank %d of %d at '%s'",
@@ -305,6 +325,12 @@ static void ft_abort(gang_t *g) {
   pthread_mutex_lock(&f->mu);
   if (f->current != NULL)
     gang_abort(f->current->g);
+  if (f->configuring != NULL) {
+    const char *why = gang_get_last_error(g);
+    gang__setup_cancel_fire(
+        f->configuring,
+        why != NULL && *why != '\0' ? why : "gang_abort during configure");
+  }
   pthread_mutex_unlock(&f->mu);
 }
 

@@ -129,4 +129,27 @@ gang_status gang__post_coll(gang_t *g, const gang__coll *c, gang_work **out);
  * it is already broken. Returns the gang's (first) failure status. */
 gang_status gang__fail(gang_t *g, gang_status st);
 
+/* A gang creation that another thread may stop: gang_ft_configure's, so
+ * that gang_abort of a reconfigurable gang also ends a configure that
+ * waits for a peer that will never come (pg_world.c). */
+struct gang_store;
+typedef struct gang__setup_cancel {
+  pthread_mutex_t mu;
+  atomic_bool fired;
+  char why[256];
+  struct gang_store *store; /* the creation's store client while it waits */
+} gang__setup_cancel;
+
+void gang__setup_cancel_init(gang__setup_cancel *c);
+void gang__setup_cancel_fini(gang__setup_cancel *c);
+/* Stops the creation in progress on c, or the next one: its store waits
+ * fail at once and its fabric stops waiting for connections, with
+ * GANG_ABORTED quoting `why`. Any thread; does not wait. */
+void gang__setup_cancel_fire(gang__setup_cancel *c, const char *why);
+/* gang_create_with_store, stoppable through `cancel` (may be NULL). */
+gang_status gang__create_with_store_cancel(const gang_options *opts,
+                                           const char *store_addr, int rank,
+                                           int size, gang__setup_cancel *cancel,
+                                           gang_t **out);
+
 #endif

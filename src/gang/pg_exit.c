@@ -56,7 +56,7 @@ static void leave_all(void) {
       keep_store_failed(w);
       continue;
     }
-    gang__store_disconnect(w->store, "its process is exiting");
+    gang__store_interrupt(w->store, "its process is exiting");
     int clients = gang__store_server_clients(w->server);
     if (clients > 0)
       GANG_INFO(INIT,

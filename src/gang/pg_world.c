@@ -16,6 +16,7 @@
 #include "core/options.h"
 #include "gang/env.h"
 #include "pg_internal.h"
+#include "store/server.h"
 
 /* A field of the caller's options, or `def` when the caller's struct is
  * too old (smaller) to have it or there are no options. */
@@ -48,9 +49,45 @@ static gang_status agree_algo(pg_world *w, int rank) {
 /* `store_host`: the world rank whose process hosts the store (0 under
  * gang_create_default without a launcher; `server` is its server on that
  * rank), -1 when the store is not a rank's. */
+/* The creation's store client is where a cancel finds it (NULL: done). */
+static gang_status cancel_watch(gang__setup_cancel *c, gang_store *st) {
+  if (c == NULL)
+    return GANG_OK;
+  pthread_mutex_lock(&c->mu);
+  c->store = st;
+  bool fired = atomic_load(&c->fired);
+  char why[256];
+  snprintf(why, sizeof why, "%s", c->why);
+  pthread_mutex_unlock(&c->mu);
+  if (fired && st != NULL)
+    return gang__error(GANG_ABORTED, "gang creation aborted: %s", why);
+  return GANG_OK;
+}
+
+void gang__setup_cancel_init(gang__setup_cancel *c) {
+  memset(c, 0, sizeof *c);
+  pthread_mutex_init(&c->mu, NULL);
+  atomic_init(&c->fired, false);
+}
+
+void gang__setup_cancel_fini(gang__setup_cancel *c) {
+  pthread_mutex_destroy(&c->mu);
+}
+
+void gang__setup_cancel_fire(gang__setup_cancel *c, const char *why) {
+  pthread_mutex_lock(&c->mu);
+  if (!atomic_load(&c->fired))
+    snprintf(c->why, sizeof c->why, "%s", why);
+  atomic_store(&c->fired, true);
+  if (c->store != NULL)
+    gang__store_interrupt(c->store, c->why);
+  pthread_mutex_unlock(&c->mu);
+}
+
 static gang_status create(const gang_options *opts, const char *store_addr,
                           int rank, int size, gang_store_server *server,
-                          int store_host, gang_t **out) {
+                          int store_host, gang__setup_cancel *cancel,
+                          gang_t **out) {
   gang_device cpu = {GANG_DEVICE_CPU, 0};
   gang_device dev = OPT(opts, device, cpu);
   if (dev.type != GANG_DEVICE_CPU) {
@@ -87,13 +124,18 @@ static gang_status create(const gang_options *opts, const char *store_addr,
     gang_store_options so = GANG_STORE_OPTIONS_INIT;
     so.timeout_ms = timeout_ms;
     GANG_CHECK_GOTO(gang_store_connect(store_addr, &so, &w->store), st, fail);
+    GANG_CHECK_GOTO(cancel_watch(cancel, w->store), st, fail);
     GANG_CHECK_GOTO(gang__pg_listen_addr(store_addr, OPT(opts, host, NULL),
                                          host, sizeof host),
                     st, fail);
   }
   GANG_CHECK_GOTO(agree_algo(w, rank), st, fail);
-  gang__fabric_config cfg = {rank, size, w->store, host,
-                             gang__deadline_in_ms(timeout_ms)};
+  gang__fabric_config cfg = {rank,
+                             size,
+                             w->store,
+                             host,
+                             gang__deadline_in_ms(timeout_ms),
+                             cancel != NULL ? &cancel->fired : NULL};
   GANG_CHECK_GOTO(gang__fabric_create(&cfg, &w->fabric), st, fail);
   /* From here on the peers know this rank: it must say goodbye if its
    * process exits with the world open. */
@@ -140,12 +182,23 @@ static gang_status create(const gang_options *opts, const char *store_addr,
     goto fail;
   if (OPT(opts, check, 0) != 0)
     (*out)->check = OPT(opts, check, 0) > 0;
+  (void)cancel_watch(cancel, NULL);
   gang__log_set_rank(rank);
   GANG_INFO(INIT, "gang rank %d/%d ready (store %s, listening on %s)", rank,
             size, size > 1 ? store_addr : "none", host);
   gang__pg_world_release(w); /* the gang holds its own reference now */
   return GANG_OK;
 fail:
+  (void)cancel_watch(cancel, NULL);
+  if (cancel != NULL && atomic_load(&cancel->fired) && st != GANG_ABORTED) {
+    /* The store's or the fabric's error is what the cancel caused. */
+    char why[256];
+    pthread_mutex_lock(&cancel->mu);
+    snprintf(why, sizeof why, "%s", cancel->why);
+    pthread_mutex_unlock(&cancel->mu);
+    st = gang__error(GANG_ABORTED, "gang creation aborted (%s): %s", why,
+                     gang_last_error());
+  }
   gang__pg_world_release(w);
   return st;
 }
@@ -159,7 +212,14 @@ gang_status gang_create_with_store(const gang_options *opts,
   GANG_ARG_CHECK(size >= 1, fn, "size must be at least 1, but is %d", size);
   GANG_ARG_CHECK(rank >= 0 && rank < size, fn,
                  "rank must be in [0, %d), but is %d", size, rank);
-  return create(opts, store_addr, rank, size, NULL, -1, out);
+  return create(opts, store_addr, rank, size, NULL, -1, NULL, out);
+}
+
+gang_status gang__create_with_store_cancel(const gang_options *opts,
+                                           const char *store_addr, int rank,
+                                           int size, gang__setup_cancel *cancel,
+                                           gang_t **out) {
+  return create(opts, store_addr, rank, size, NULL, -1, cancel, out);
 }
 
 /* Without a launcher that hosts the store (gangrun sets GANG_STORE_ADDR),
@@ -211,5 +271,5 @@ gang_status gang_create_default(const gang_options *opts, gang_t **out) {
   snprintf(addr, sizeof addr, "%s/gang/%s/%d", base,
            info.run_id[0] ? info.run_id : "run", info.restart_count);
   return create(opts, addr, info.rank, info.world_size, server,
-                rank0_hosts ? 0 : -1, out);
+                rank0_hosts ? 0 : -1, NULL, out);
 }

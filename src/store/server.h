@@ -33,12 +33,14 @@ void gang__store_server_retire(gang_store_server *srv, int64_t limit_ms);
  * how many still run. A process that exits calls it (pg_exit.c). */
 int gang__store_server_wait_retired(int64_t deadline);
 
-/* Ends st's connection to its server now and keeps the handle, whose
- * later calls fail with GANG_ABORTED quoting `why`: the process that
- * hosts the server takes its own client off the server's count before it
- * waits for the others to leave (src/gang/pg_exit.c). Waits for a call in
- * flight on st to end. Nothing for a store without a connection (the file
- * store). Any thread. */
-void gang__store_disconnect(gang_store *st, const char *why);
+/* Ends st's connection to its server now, keeping the handle: a call in
+ * flight on it (a wait for a key, say) fails at once, and so does every
+ * later one, with GANG_ABORTED quoting `why`. The process that hosts the
+ * server takes its own client off the server's count this way before it
+ * waits for the others to leave (src/gang/pg_exit.c), and an aborted gang
+ * creation stops waiting for its peers' keys (src/gang/pg_world.c).
+ * Nothing for a store without a connection (the file store). Any thread,
+ * without waiting; st must not be closed meanwhile. */
+void gang__store_interrupt(gang_store *st, const char *why);
 
 #endif

@@ -187,15 +187,12 @@ static gang_store *backend(gang_store *st) {
   return st->inner ? st->inner : st;
 }
 
-void gang__store_disconnect(gang_store *st, const char *why) {
+void gang__store_interrupt(gang_store *st, const char *why) {
   if (st == NULL)
     return;
   gang_store *b = backend(st);
-  if (b->ops == NULL || b->ops->disconnect == NULL)
-    return;
-  pthread_mutex_lock(&b->mu);
-  b->ops->disconnect(b, why);
-  pthread_mutex_unlock(&b->mu);
+  if (b->ops != NULL && b->ops->interrupt != NULL)
+    b->ops->interrupt(b, why);
 }
 
 static int64_t deadline_of(const gang_store *st, int64_t timeout_ms) {

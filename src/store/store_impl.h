@@ -64,9 +64,10 @@ typedef struct gang__store_ops {
                            size_t n, int64_t deadline);
   /* Frees the backend's state; the generic part frees the handle. */
   void (*close)(gang_store *st);
-  /* Optional: ends the connection now, keeping the handle, whose later
-   * calls fail (gang__store_disconnect). Called under the handle's lock. */
-  void (*disconnect)(gang_store *st, const char *why);
+  /* Optional: ends the connection now, from any thread and without the
+   * handle's lock; the call in flight and every later one fail
+   * (gang__store_interrupt). */
+  void (*interrupt)(gang_store *st, const char *why);
 } gang__store_ops;
 
 struct gang_store {

@@ -17,9 +17,11 @@
  * request may or may not have been applied, and only the caller can know
  * whether repeating it is safe. Open a new handle to continue. */
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -39,6 +41,11 @@
 #define REPLY_GRACE_MS 1000
 
 typedef struct tcp_client {
+  /* fd is closed under fd_mu (and the handle's lock), so that an
+   * interrupt from another thread never shuts down a reused number. */
+  pthread_mutex_t fd_mu;
+  bool interrupted; /* gang__store_interrupt: calls fail with why */
+  char why[256];
   int fd;
   char peer[GANG_SOCK_PEER_CAP];
   gang__store_caps caps; /* the server's, from its hello */
@@ -155,6 +162,7 @@ static gang_status tcp_open(const gang__store_target *at,
   tcp_client *c = calloc(1, sizeof *c);
   if (c == NULL)
     return gang__error(GANG_NO_MEMORY, "store connect: no memory");
+  pthread_mutex_init(&c->fd_mu, NULL);
   c->fd = -1;
   gang__sock_peer_name(host, port, c->peer, sizeof c->peer);
 
@@ -213,6 +221,7 @@ static gang_status tcp_open(const gang__store_target *at,
 fail:
   if (c->fd >= 0)
     close(c->fd);
+  pthread_mutex_destroy(&c->fd_mu);
   free(c);
   return st;
 }
@@ -225,32 +234,42 @@ static void tcp_close(gang_store *st) {
     close(c->fd);
   gang__store_buf_free(&c->out);
   gang__store_buf_free(&c->in);
+  pthread_mutex_destroy(&c->fd_mu);
   free(c);
   st->impl = NULL;
 }
 
 /* ---- Calls -------------------------------------------------------------- */
 
-static gang_status break_conn(tcp_client *c, gang_status st);
-
-static void tcp_disconnect(gang_store *st, const char *why) {
+/* Any thread, without the handle's lock: the call in flight (if any) sees
+ * its connection end and fails; break_conn then says why. */
+static void tcp_interrupt(gang_store *st, const char *why) {
   tcp_client *c = impl_of(st);
-  if (c == NULL || c->broken != GANG_OK)
+  if (c == NULL)
     return;
-  gang__error(GANG_ABORTED, "store client of %s: disconnected: %s", c->peer,
-              why);
-  (void)break_conn(c, GANG_ABORTED);
-  gang_clear_error();
+  pthread_mutex_lock(&c->fd_mu);
+  if (!c->interrupted) {
+    c->interrupted = true;
+    snprintf(c->why, sizeof c->why, "%s", why);
+  }
+  if (c->fd >= 0)
+    shutdown(c->fd, SHUT_RDWR);
+  pthread_mutex_unlock(&c->fd_mu);
 }
 
 /* Marks the connection broken with the current detail; returns st. */
 static gang_status break_conn(tcp_client *c, gang_status st) {
+  pthread_mutex_lock(&c->fd_mu);
+  if (c->interrupted) /* that is why the connection ended */
+    st = gang__error(GANG_ABORTED, "store client of %s interrupted: %s",
+                     c->peer, c->why);
   c->broken = st;
   snprintf(c->broken_msg, sizeof c->broken_msg, "%s", gang_last_error());
   if (c->fd >= 0) {
     close(c->fd);
     c->fd = -1;
   }
+  pthread_mutex_unlock(&c->fd_mu);
   GANG_INFO(STORE, "store client %s: connection broken: %s", c->peer,
             c->broken_msg);
   return st;
@@ -681,5 +700,5 @@ const gang__store_ops gang__store_tcp_ops = {
     .multi_get = tcp_multi_get,
     .multi_set = tcp_multi_set,
     .close = tcp_close,
-    .disconnect = tcp_disconnect,
+    .interrupt = tcp_interrupt,
 };

@@ -20,6 +20,7 @@
 #ifndef GANG_TRANSPORT_FABRIC_H
 #define GANG_TRANSPORT_FABRIC_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -36,6 +37,9 @@ typedef struct gang__fabric_config {
   gang_store *store; /* rendezvous, namespaced by the caller; borrowed */
   const char *host;  /* address to listen on and publish */
   int64_t deadline;  /* for connection setup (gang__now_ns time) */
+  /* Optional: set by another thread to stop waiting for connections
+   * (GANG_ABORTED). */
+  const atomic_bool *cancel;
 } gang__fabric_config;
 
 /* Completion counter of a set of transfers started together, and

@@ -333,6 +333,16 @@ static gang_status accept_higher(gang__fabric *f,
                        f->rank, got, count);
       break;
     }
+    if (cfg->cancel != NULL && atomic_load(cfg->cancel)) {
+      st = gang__error(GANG_ABORTED,
+                       "fabric setup: rank %d stopped waiting for %d of %d "
+                       "connections from higher ranks: the creation was "
+                       "aborted",
+                       f->rank, count - got, count);
+      break;
+    }
+    if (cfg->cancel != NULL && (ms < 0 || ms > 50))
+      ms = 50; /* the cancel flag is looked at this often */
     struct pollfd pfd[PENDING_MAX + 1];
     pfd[0] = (struct pollfd){lfd, POLLIN, 0};
     for (int i = 0; i < np; i++)

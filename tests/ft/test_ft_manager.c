@@ -13,14 +13,38 @@
  *     split: while they beat, the joined half (not more than half) forms no
  *     quorum and commits nothing; once they are gone, it does;
  *   - the lighthouse killed and started again on its port: the replicas
- *     reconnect to the new one and finish identical.
+ *     reconnect to the new one and finish identical;
+ *   - a group that starts late heals before its first commit;
+ *   - the two ranks of a group stopped 30-50 ms apart for 3 s: the others
+ *     go on within the heartbeat timeout, and the group either rejoins or
+ *     (its own gang broken by the stop) exits and is started again;
+ *   - kill -9 of a group's rank 1: its rank 0 exits by itself at once and
+ *     the group starts again.
+ *
+ * In every test the job's committed step never goes back
+ * (check_never_back) and the oracle below holds (check_done).
  *
  * Every replica writes one line per step to a log file (O_APPEND, one
- * write per line); the test reads it to time what happened. Each group
- * starts from parameters of its own: init_sync makes them alike at step 0,
- * so identical results at the end also show healing worked. */
+ * write per line); the test reads it to time what happened.
+ *
+ * The oracle: every replica trains on the same data (a quadratic loss
+ * whose target moves with the step, so a gradient depends on the
+ * parameters it was computed from and on the step), so whatever the
+ * faults, each rank's parameters must end equal to a fault-free run's
+ * (check_done). Each group starts from parameters of its own, and
+ * init_sync makes them the primary's at step 0: a replica ends checking
+ * itself against the fault-free run from each group's start, and must
+ * match one of them, the same for every group's rank r. A group started
+ * again starts from garbage: only healing brings it back. A healing
+ * replica counted as a participant, or one whose stale gradient got into
+ * the mean, makes a step go wrong and the check fail. The bound: a mean
+ * of k identical floats is within k ulp (2^-24 each) of the value, a step
+ * moves a parameter by LR times the gradient (|g| < 4 here), so over T
+ * steps the error stays below T * LR * 4 * k * 2^-24 = 2e-6 for T = 80,
+ * k = 3; ORACLE_TOL is 1e-5, where one wrong step costs at least 1e-3. */
 #include <fcntl.h>
 #include <inttypes.h>
+#include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -37,7 +61,9 @@
 #include "gang/ft.h"
 #include "gang/gang.h"
 
-enum { NPARAM = 4096, MAX_PROCS = 16, MAX_LINES = 20000 };
+/* MAX_PROCS: groups (and ranks of a group); MAX_SLOTS: processes over
+ * every incarnation of a test. */
+enum { NPARAM = 4096, MAX_PROCS = 16, MAX_SLOTS = 128, MAX_LINES = 20000 };
 
 /* The test running: the groups' gangs meet under keys of their own in the
  * store the tests share. */
@@ -89,6 +115,48 @@ static uint64_t fnv(const void *p, size_t n) {
   return h;
 }
 
+/* ---- The model: the same data everywhere --------------------------------- */
+
+#define LR 0.1f
+#define ORACLE_TOL 1e-5
+
+/* Where group g's rank `rank` starts: its own values; garbage for a group
+ * started again (inc > 0), which only healing repairs. */
+static void init_params(float *p, int g, int inc, int rank) {
+  for (int i = 0; i < NPARAM; i++)
+    p[i] = inc > 0 ? 1000.0f + (float)inc
+                   : (float)(i % 13) * 0.01f * (float)(g + 1) + (float)rank;
+}
+
+/* LR times the gradient of sum_i a_i (p_i - t_i(step))^2 / 2: it depends
+ * on the parameters and on the step, and is the same for every replica. */
+static void gradient(const float *p, int64_t step, int rank, float *g) {
+  for (int i = 0; i < NPARAM; i++) {
+    float a = 0.5f + (float)(i % 7) * 0.1f;
+    float t = sinf((float)i * 0.37f + (float)step * 0.11f) + (float)rank;
+    g[i] = LR * a * (p[i] - t);
+  }
+}
+
+/* The largest relative difference between p and the fault-free run of
+ * `steps` steps from group g0's start. */
+static double oracle_error(const float *p, int g0, int rank, int64_t steps) {
+  static float ref[NPARAM], grad[NPARAM];
+  init_params(ref, g0, 0, rank);
+  for (int64_t s = 0; s < steps; s++) {
+    gradient(ref, s, rank, grad);
+    for (int i = 0; i < NPARAM; i++)
+      ref[i] -= grad[i];
+  }
+  double worst = 0;
+  for (int i = 0; i < NPARAM; i++) {
+    double d = fabs((double)p[i] - ref[i]) / (1.0 + fabs((double)ref[i]));
+    if (d > worst)
+      worst = d;
+  }
+  return worst;
+}
+
 static int replica_main(const run_cfg *c, int g, int inc, int rank) {
   gang_t *group = NULL;
   if (c->group_size > 1) {
@@ -110,29 +178,41 @@ static int replica_main(const run_cfg *c, int g, int inc, int rank) {
   if (c->just_beat) {
     log_line(c, "beat g=%d t=%.6f\n", g, gt_now_s());
     gt_nap_ms(c->beat_ms);
-    gang_manager_destroy(m);
+    /* Logged before the destroy: it leaves the lighthouse at once, and
+     * the others' quorum may form before the destroy returns. */
     log_line(c, "gone g=%d t=%.6f\n", g, gt_now_s());
+    gang_manager_destroy(m);
     gang_destroy(group);
     return 0;
   }
   static float params[NPARAM], grad[NPARAM];
-  for (int i = 0; i < NPARAM; i++)
-    params[i] = (float)(i % 13) * 0.01f * (float)(g + 1) + (float)rank;
+  init_params(params, g, inc, rank);
   RCHECK_OK(gang_manager_register_state(m, "params", params, sizeof params));
   while (gang_manager_step(m) < c->target) {
-    RCHECK_OK(gang_manager_start_quorum(m, true, false));
-    int64_t step = gang_manager_step(m); /* before healing moves it */
+    gang_status cs = gang_manager_start_quorum(m, true, false);
+    /* The gradient is computed while the quorum forms (torchft's async
+     * quorum, the documented recipe): a replica that heals this step
+     * computes from the state it had, and the manager must not let that
+     * into the mean. The step it trains on is the one it is at. */
+    int64_t step = gang_manager_step(m);
+    gradient(params, step, rank, grad);
     gang_status qs = gang_manager_wait_quorum(m);
-    step = gang_manager_step(m);
-    int rr = gang_manager_replica_rank(m);
-    for (int i = 0; i < NPARAM; i++)
-      grad[i] = (float)((step * 31 + i * 7) % 17 - 8) * 0.001f *
-                (float)(1 + (rr < 0 ? 0 : rr));
-    RCHECK_OK(
-        gang_manager_all_reduce(m, grad, NPARAM, GANG_FLOAT32, GANG_MEAN));
+    if (cs == GANG_OK)
+      cs = gang_manager_all_reduce(m, grad, NPARAM, GANG_FLOAT32, GANG_MEAN);
     gt_nap_ms(c->step_ms);
     bool commit = false;
-    RCHECK_OK(gang_manager_should_commit(m, &commit));
+    if (cs == GANG_OK)
+      cs = gang_manager_should_commit(m, &commit);
+    if (cs != GANG_OK) {
+      /* The group's own gang failed (a rank of it stopped or killed): the
+       * group ends, to be started again. */
+      fprintf(stderr, "group %d rank %d: %s\n", g, rank, gang_last_error());
+      log_line(c, "fatal g=%d inc=%d rank=%d t=%.6f\n", g, inc, rank,
+               gt_now_s());
+      gang_manager_destroy(m);
+      gang_destroy(group);
+      gt_child_exit(3);
+    }
     if (commit)
       for (int i = 0; i < NPARAM; i++)
         params[i] -= grad[i];
@@ -151,11 +231,22 @@ static int replica_main(const run_cfg *c, int g, int inc, int rank) {
              g, inc, rank, gang_manager_step(m), gang_manager_quorum_id(m),
              gang_manager_participants(m), commit, gt_now_s(), why);
   }
+  /* Which group's start init_sync gave this rank, and how far from the
+   * fault-free run from there it ended. */
+  int primary = -1;
+  double err = INFINITY;
+  for (int g0 = 0; g0 < MAX_PROCS; g0++) {
+    double e = oracle_error(params, g0, rank, gang_manager_step(m));
+    if (e < err) {
+      err = e;
+      primary = g0;
+    }
+  }
   log_line(c,
            "done g=%d inc=%d rank=%d step=%" PRId64 " hash=%016" PRIx64
-           " t=%.6f\n",
+           " primary=%d err=%.3g t=%.6f\n",
            g, inc, rank, gang_manager_step(m), fnv(params, sizeof params),
-           gt_now_s());
+           primary, err, gt_now_s());
   gang_manager_destroy(m);
   gang_destroy(group);
   return 0;
@@ -165,12 +256,16 @@ static int replica_main(const run_cfg *c, int g, int inc, int rank) {
  * ---------------------------------------------------------------- */
 
 typedef struct procs {
-  pid_t pid[MAX_PROCS];
-  int group[MAX_PROCS];
+  pid_t pid[MAX_SLOTS];
+  int group[MAX_SLOTS];
+  int inc[MAX_SLOTS]; /* the group's incarnation it belongs to */
   int n;
 } procs;
 
 static void spawn_group(procs *ps, const run_cfg *c, int g, int inc) {
+  assert_true(ps->n + c->group_size <= MAX_SLOTS);
+  fflush(stdout); /* or the children print it again */
+  fflush(stderr);
   for (int r = 0; r < c->group_size; r++) {
     pid_t pid = fork();
     if (pid == 0) {
@@ -180,6 +275,7 @@ static void spawn_group(procs *ps, const run_cfg *c, int g, int inc) {
     assert_true(pid > 0);
     ps->pid[ps->n] = pid;
     ps->group[ps->n] = g;
+    ps->inc[ps->n] = inc;
     ps->n++;
   }
 }
@@ -218,14 +314,63 @@ static int reap_all(procs *ps, int timeout_ms) {
   return bad;
 }
 
+/* Runs the job to its end as a launcher with --max-restarts would: a
+ * group whose process ends badly (killed, or exited non-zero because the
+ * group's own gang failed) loses its other processes and is started again
+ * as the next incarnation. Returns the restarts; fails the test when the
+ * job does not end within timeout_s or a group is restarted more than
+ * max_restarts times. Every process of every group ends with status 0. */
+static int supervise(procs *ps, const run_cfg *c, int ngroups, double timeout_s,
+                     int max_restarts) {
+  int inc[MAX_PROCS] = {0}, restarts = 0;
+  for (int i = 0; i < ps->n; i++)
+    if (ps->group[i] < MAX_PROCS && ps->inc[i] > inc[ps->group[i]])
+      inc[ps->group[i]] = ps->inc[i];
+  double end = gt_now_s() + timeout_s;
+  for (;;) {
+    int alive = 0;
+    for (int i = 0; i < ps->n; i++) {
+      if (ps->pid[i] <= 0)
+        continue;
+      int st = 0;
+      pid_t pid = ps->pid[i];
+      pid_t r = waitpid(pid, &st, WNOHANG);
+      if (r == 0) {
+        alive++;
+        continue;
+      }
+      ps->pid[i] = -1;
+      if (r == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0)
+        continue; /* done */
+      int g = ps->group[i];
+      printf("group %d (incarnation %d): a process ended with status 0x%x: "
+             "the group starts again\n",
+             g, inc[g], st);
+      signal_group(ps, g, SIGKILL);
+      signal_group(ps, g, SIGCONT);
+      reap_group(ps, g);
+      if (++restarts > max_restarts)
+        fail_msg("more than %d restarts", max_restarts);
+      spawn_group(ps, c, g, ++inc[g]);
+      alive++;
+    }
+    if (alive == 0)
+      return restarts;
+    if (gt_now_s() > end)
+      fail_msg("the job did not end within %.0f s", timeout_s);
+    gt_nap_ms(5);
+  }
+  (void)ngroups;
+}
+
 /* ---- The log
  * -------------------------------------------------------------------- */
 
 typedef struct ev {
   char kind[8];
-  int g, inc, rank, part, commit;
+  int g, inc, rank, part, commit, primary;
   int64_t step, q;
-  double t;
+  double t, err;
   char hash[24];
 } ev;
 
@@ -259,6 +404,10 @@ static int read_log(const char *path, ev *evs, int cap) {
       e.t = atof(p + 3);
     if ((p = strstr(line, " hash=")) != NULL)
       sscanf(p + 6, "%16s", e.hash);
+    if ((p = strstr(line, " primary=")) != NULL)
+      e.primary = atoi(p + 9);
+    if ((p = strstr(line, " err=")) != NULL)
+      e.err = atof(p + 5);
     evs[n++] = e;
   }
   fclose(f);
@@ -287,27 +436,80 @@ static void wait_committed(const char *log, int g, int inc, int64_t step,
     fail_msg("group %d never committed step %" PRId64, g, step);
 }
 
-/* Every "done" line: at `target`, one hash for all. Returns how many. */
+/* Every "done" line: at `target`; for each group rank r, one hash and
+ * one primary for all groups, and the fault-free run's parameters from
+ * that primary's start within ORACLE_TOL. Returns how many. */
 static int check_done(const char *log, int64_t target) {
   int n = read_log(log, g_evs, MAX_LINES);
   int done = 0;
-  const char *hash = NULL;
+  const ev *first[MAX_PROCS] = {NULL};
+  double worst = 0;
   for (int i = 0; i < n; i++) {
-    if (strcmp(g_evs[i].kind, "done") != 0)
+    const ev *e = &g_evs[i];
+    if (strcmp(e->kind, "done") != 0)
       continue;
     done++;
-    if (g_evs[i].step != target)
-      fail_msg("group %d ended at step %" PRId64 ", not %" PRId64, g_evs[i].g,
-               g_evs[i].step, target);
-    if (g_evs[i].rank != 0)
-      continue; /* ranks of a group hold different parameters */
-    if (hash == NULL)
-      hash = g_evs[i].hash;
-    else if (strcmp(hash, g_evs[i].hash) != 0)
-      fail_msg("group %d ended with parameters %s, another with %s", g_evs[i].g,
-               g_evs[i].hash, hash);
+    if (e->step != target)
+      fail_msg("group %d ended at step %" PRId64 ", not %" PRId64, e->g,
+               e->step, target);
+    if (!(e->err <= ORACLE_TOL))
+      fail_msg("group %d rank %d ended %.3g (relative) from the fault-free "
+               "run: a step went wrong",
+               e->g, e->rank, e->err);
+    worst = e->err > worst ? e->err : worst;
+    if (e->rank < 0 || e->rank >= MAX_PROCS)
+      continue;
+    const ev *f = first[e->rank];
+    if (f == NULL)
+      first[e->rank] = e;
+    else if (strcmp(f->hash, e->hash) != 0 || f->primary != e->primary)
+      fail_msg("rank %d: group %d ended with parameters %s (from group %d's "
+               "start), group %d with %s (from group %d's)",
+               e->rank, e->g, e->hash, e->primary, f->g, f->hash, f->primary);
   }
+  printf("oracle: %d ranks at step %" PRId64 ", largest difference from the "
+         "fault-free run %.3g (bound %g)\n",
+         done, target, worst, ORACLE_TOL);
   return done;
+}
+
+/* The job's committed step -- the highest step the latest incarnation of
+ * any group has committed -- never goes back, and no incarnation commits
+ * a step twice or goes back itself. Returns the job's last step. */
+static int64_t check_never_back(const char *log) {
+  int n = read_log(log, g_evs, MAX_LINES);
+  int inc[MAX_PROCS];
+  int64_t last[MAX_PROCS], job = 0;
+  for (int g = 0; g < MAX_PROCS; g++) {
+    inc[g] = -1;
+    last[g] = 0;
+  }
+  for (int i = 0; i < n; i++) {
+    const ev *e = &g_evs[i];
+    if (strcmp(e->kind, "step") != 0 || !e->commit || e->rank != 0 ||
+        e->g < 0 || e->g >= MAX_PROCS)
+      continue;
+    if (e->inc > inc[e->g]) {
+      inc[e->g] = e->inc;
+      last[e->g] = 0;
+    } else if (e->inc < inc[e->g]) {
+      continue; /* a dead incarnation's line, read late */
+    }
+    if (e->step <= last[e->g])
+      fail_msg("group %d incarnation %d committed step %" PRId64
+               " after step %" PRId64,
+               e->g, e->inc, e->step, last[e->g]);
+    last[e->g] = e->step;
+    int64_t now = 0;
+    for (int g = 0; g < MAX_PROCS; g++)
+      now = last[g] > now ? last[g] : now;
+    if (now < job)
+      fail_msg("the job's committed step went back from %" PRId64 " to %" PRId64
+               " (group %d incarnation %d)",
+               job, now, e->g, e->inc);
+    job = now;
+  }
+  return job;
 }
 
 static char *new_log(void) {
@@ -428,6 +630,7 @@ static void test_kill9_survivors_go_on_and_restart_heals(void **state) {
       first = g_evs[i].step;
   printf("the restarted group's first commit: step %" PRId64 "\n", first);
   assert_true(first > 11);
+  assert_true(check_never_back(s->log) == c.target);
   scene_end(s);
 }
 
@@ -452,6 +655,7 @@ static void test_sigstop_declared_dead_then_rejoins(void **state) {
   signal_group(&s->ps, 2, SIGCONT);
   assert_int_equal(reap_all(&s->ps, 90000), 0);
   assert_int_equal(check_done(s->log, c.target), 3);
+  assert_true(check_never_back(s->log) == c.target);
   scene_end(s);
 }
 
@@ -513,6 +717,106 @@ static void test_lighthouse_restart(void **state) {
   assert_int_equal(s->lh.port, c.lh_port);
   assert_int_equal(reap_all(&s->ps, 90000), 0);
   assert_int_equal(check_done(s->log, c.target), 4);
+  assert_true(check_never_back(s->log) == c.target);
+  scene_end(s);
+}
+
+/* A group that starts when the others are well on: it heals before its
+ * first commit, and its gradient of that step (from its garbage start)
+ * stays out of the mean. */
+static void test_late_joiner_heals(void **state) {
+  (void)state;
+  lh_cfg lc = {0, 1, 2000, 1000};
+  scene *s = scene_start(&lc);
+  run_cfg c = {s->log, s->lh.port, 2, 60, 10, 1000, 10000, false, 0};
+  spawn_group(&s->ps, &c, 0, 0);
+  spawn_group(&s->ps, &c, 1, 0);
+  wait_committed(s->log, 0, 0, 15, 60);
+  spawn_group(&s->ps, &c, 2, 1); /* 1: it starts from garbage */
+  assert_int_equal(supervise(&s->ps, &c, 3, 90, 0), 0);
+  assert_int_equal(check_done(s->log, c.target), 6);
+  assert_true(check_never_back(s->log) == c.target);
+  scene_end(s);
+}
+
+/* Rank 1 of a two-rank group stopped, its rank 0 30-50 ms later, both
+ * continued 3 s later, past the 1 s timeouts: the others go on without
+ * the group within the heartbeat timeout; the group either rejoins or,
+ * when the stop broke its own gang (a vote of its ranks timed out), its
+ * ranks exit by themselves and it starts again. Nobody hangs, no other
+ * group restarts, the job's step never goes back, and the oracle holds. */
+static void test_sigstop_ranks_with_skew(void **state) {
+  (void)state;
+  lh_cfg lc = {0, 1, 2000, 1000};
+  scene *s = scene_start(&lc);
+  /* Enough steps that the others are still training when the group is
+   * back (a group started again after the job's end would train alone,
+   * from its garbage). */
+  run_cfg c = {s->log, s->lh.port, 2, 400, 15, 1000, 10000, false, 0};
+  for (int g = 0; g < 3; g++)
+    spawn_group(&s->ps, &c, g, 0);
+  wait_committed(s->log, 1, 0, 10, 60);
+  pid_t r0 = -1, r1 = -1;
+  for (int i = 0; i < s->ps.n; i++)
+    if (s->ps.group[i] == 1)
+      *(r0 < 0 ? &r0 : &r1) = s->ps.pid[i];
+  double t_stop = gt_now_s();
+  kill(r1, SIGSTOP);
+  gt_nap_ms(30 + (int)(gt_now_s() * 1000) % 20);
+  kill(r0, SIGSTOP);
+  double t = wait_commit_after(s->log, t_stop, 2, 1, 10);
+  assert_true(t > 0);
+  printf("SIGSTOP of a group's ranks with skew: the others committed with 2 "
+         "participants %.0f ms later\n",
+         (t - t_stop) * 1000);
+  assert_true(t - t_stop < 3.0 * SLACK);
+  gt_nap_ms((int)(3000 - (gt_now_s() - t_stop) * 1000));
+  kill(r0, SIGCONT);
+  kill(r1, SIGCONT);
+  int restarts = supervise(&s->ps, &c, 3, 120, 4);
+  for (int i = 0; i < s->ps.n; i++)
+    if (s->ps.inc[i] > 0)
+      assert_int_equal(s->ps.group[i], 1); /* only the stopped group */
+  printf("the stopped group %s\n",
+         restarts ? "failed and started again" : "rejoined");
+  check_done(s->log, c.target);
+  assert_true(check_never_back(s->log) == c.target);
+  scene_end(s);
+}
+
+/* kill -9 of rank 1 of a group: the group's gang is broken, so its rank 0
+ * must exit by itself (not linger, heartbeating, in every quorum) and the
+ * group starts again; the others go on. */
+static void test_kill_of_a_nonzero_rank(void **state) {
+  (void)state;
+  lh_cfg lc = {0, 1, 2000, 1000};
+  scene *s = scene_start(&lc);
+  run_cfg c = {s->log, s->lh.port, 2, 200, 15, 1000, 10000, false, 0};
+  for (int g = 0; g < 3; g++)
+    spawn_group(&s->ps, &c, g, 0);
+  wait_committed(s->log, 2, 0, 10, 60);
+  pid_t r1 = -1, r0 = -1;
+  for (int i = 0; i < s->ps.n; i++)
+    if (s->ps.group[i] == 2)
+      *(r0 < 0 ? &r0 : &r1) = s->ps.pid[i];
+  double t_kill = gt_now_s();
+  kill(r1, SIGKILL);
+  int st = gt_wait_child(r0, (int)(10000 * SLACK));
+  double gone = gt_now_s() - t_kill;
+  printf("kill -9 of a group's rank 1: its rank 0 exited (status 0x%x) %.0f "
+         "ms later\n",
+         st, gone * 1000);
+  assert_true(st != -1 && st != 0);
+  for (int i = 0; i < s->ps.n; i++)
+    if (s->ps.pid[i] == r0)
+      s->ps.pid[i] = -1;
+  double t = wait_commit_after(s->log, t_kill, 2, 2, 10);
+  assert_true(t > 0 && t - t_kill < 3.0 * SLACK);
+  reap_group(&s->ps, 2);
+  spawn_group(&s->ps, &c, 2, 1);
+  assert_int_equal(supervise(&s->ps, &c, 3, 90, 0), 0);
+  assert_int_equal(check_done(s->log, c.target), 6);
+  assert_true(check_never_back(s->log) == c.target);
   scene_end(s);
 }
 
@@ -525,6 +829,9 @@ int main(void) {
       FT_TEST(test_sigstop_declared_dead_then_rejoins),
       FT_TEST(test_split_half_forms_no_quorum),
       FT_TEST(test_lighthouse_restart),
+      FT_TEST(test_late_joiner_heals),
+      FT_TEST(test_sigstop_ranks_with_skew),
+      FT_TEST(test_kill_of_a_nonzero_rank),
   };
   return cmocka_run_group_tests(tests, gt_store_group_setup,
                                 gt_store_group_teardown);

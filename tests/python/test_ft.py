@@ -325,7 +325,10 @@ def test_replica_groups_under_gangrun():
     assert sorted(done) == ["0", "1"] and all(len(v) == 2 for v in done.values()), out
     for rank, groups in done.items():
         assert {g["step"] for g in groups} == {"20"}, out
-        assert {g["batches"] for g in groups} == {"40"}, out  # 20 steps of 2 groups
+        # 20 steps of 2 groups, but for step 0, where init_sync makes the
+        # second group heal from the primary: it sends zeros and is not
+        # counted (torchft counts it; its mean is then half the gradient)
+        assert {g["batches"] for g in groups} == {"39"}, out
         assert len({g["hash"] for g in groups}) == 1, out  # rank r healed from rank r
     assert done["0"][0]["hash"] != done["1"][0]["hash"]  # shards of their own
 
