@@ -31,4 +31,14 @@ gang_status gang__ft_claim_prefix(const char *store_addr, int size,
 /* Sets g's rank and size (a new incarnation) and clears its sticky error. */
 void gang__ft_reset(gang_t *g, int rank, int size);
 
+/* The ranks of the current incarnation of reconfigurable gang g that it
+ * saw die (their connections ended without a goodbye), the first first: at
+ * most cap into out; how many (0 for another kind of gang). */
+int gang__ft_lost_ranks(gang_t *g, int *out, int cap);
+
+/* Reads the current incarnation's connections without waiting (a peer
+ * that died while it was idle is then noticed: gang__ft_lost_ranks);
+ * returns its world's status. GANG_OK for another kind of gang. */
+gang_status gang__ft_poke(gang_t *g);
+
 #endif

@@ -152,6 +152,20 @@ gang_status gang__lh_leave(gang__lh_client *c, const char *id) {
   return GANG_OK;
 }
 
+gang_status gang__lh_suspect(gang__lh_client *c, const char *id) {
+  GANG_ARG_CHECK(c != NULL, "gang__lh_suspect", "client is NULL");
+  GANG_ARG_CHECK(id != NULL && gang__lh_id_valid(id, strlen(id)),
+                 "gang__lh_suspect",
+                 "id is not a replica id (1..127 printable bytes, no spaces)");
+  char line[GANG_LH_ID_MAX + 1];
+  int n = snprintf(line, sizeof line, "%s\n", id);
+  gang_status s =
+      gang_store_append(c->st, GANG__LH_KEY_SUSPECTS, line, (size_t)n);
+  if (s != GANG_OK)
+    return gang__error_wrap(s, "lighthouse %s: report of '%s'", c->addr, id);
+  return GANG_OK;
+}
+
 static bool includes(const gang__lh_quorum *q, const char *id) {
   for (int i = 0; i < q->n; i++)
     if (strcmp(q->members[i].replica_id, id) == 0)

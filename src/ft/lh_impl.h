@@ -20,6 +20,11 @@
 /* Keys (lighthouse.h lists them with their meaning). */
 #define GANG__LH_KEY_INCARNATION "lh/incarnation"
 #define GANG__LH_KEY_IDS "lh/ids"
+#define GANG__LH_KEY_SUSPECTS "lh/suspects"
+/* A replica a peer reported lost that has not beaten for this long is
+ * dead, without waiting for its heartbeat timeout (3 beats at the
+ * managers' default 100 ms; never more than half the timeout). */
+#define GANG__LH_SUSPECT_MS 300
 #define GANG__LH_KEY_ROUND "lh/round"
 #define GANG__LH_KEY_HB "lh/hb/%s"
 /* Added to a heartbeat counter by a replica that leaves: a negative
@@ -117,6 +122,8 @@ typedef struct gang__lh_extra {
   bool noticed;       /* a failure notice went out since it was last healthy */
   bool has_member;    /* reps[i].member holds a join seen in some round */
   int64_t join_round; /* the round of the join it is joined with */
+  int64_t suspect_ms; /* a peer reported it lost then (0: none) */
+  int64_t suspect_beats; /* ... when its counter read this */
 } gang__lh_extra;
 
 struct gang_lighthouse {

@@ -140,8 +140,63 @@ static gang_status read_beats(gang_lighthouse *L, int64_t now) {
     else if (beats != e->beats && !(e->beats == -1 && beats == 0))
       L->reps[i].last_beat_ms = now;
     e->beats = beats;
+    if (e->suspect_ms == 0)
+      continue;
+    if (beats != e->suspect_beats || L->reps[i].last_beat_ms == INT64_MIN) {
+      e->suspect_ms = 0; /* it beats: alive after all (or gone already) */
+    } else if (now - e->suspect_ms >= GANG__LH_SUSPECT_MS) {
+      GANG_INFO(FT,
+                "lighthouse: replica '%s', reported lost by a peer, has not "
+                "beaten for %" PRId64 " ms since: dead",
+                L->reps[i].member.replica_id, now - e->suspect_ms);
+      L->reps[i].last_beat_ms = INT64_MIN;
+      e->suspect_ms = 0;
+    }
   }
   return GANG_OK;
+}
+
+/* Takes the reports of lost replicas (lh/suspects) that name members of
+ * the last quorum still counted alive: each is watched, and dead if its
+ * counter does not move for GANG__LH_SUSPECT_MS (read_beats). The log is
+ * emptied with a compare-and-set, so a report appended meanwhile stays
+ * for the next tick. */
+static gang_status read_suspects(gang_lighthouse *L, int64_t now) {
+  void *v = NULL;
+  size_t n = 0;
+  gang_status s = get_now(L, GANG__LH_KEY_SUSPECTS, &v, &n);
+  if (s == GANG_TIMEOUT) /* no report yet */
+    return GANG_OK;
+  GANG_CHECK(s);
+  if (n == 0) {
+    gang_store_free(v);
+    return GANG_OK;
+  }
+  const char *p = v;
+  for (size_t off = 0; off < n;) {
+    const char *nl = memchr(p + off, '\n', n - off);
+    size_t len = nl != NULL ? (size_t)(nl - (p + off)) : n - off;
+    char id[GANG_LH_ID_MAX];
+    if (gang__lh_id_valid(p + off, len)) {
+      memcpy(id, p + off, len);
+      id[len] = '\0';
+      int i = find(L, id);
+      if (i >= 0 && in_prev(L, id) && healthy(L, i, now) &&
+          L->ext[i].suspect_ms == 0) {
+        L->ext[i].suspect_ms = now;
+        L->ext[i].suspect_beats = L->ext[i].beats;
+        GANG_INFO(FT, "lighthouse: replica '%s' reported lost by a peer", id);
+      }
+    }
+    off += len + 1;
+  }
+  void *cur = NULL;
+  size_t curn = 0;
+  s = gang_store_compare_set(L->st, GANG__LH_KEY_SUSPECTS, v, n, "", 0, &cur,
+                             &curn);
+  gang_store_free(cur);
+  gang_store_free(v);
+  return s;
 }
 
 /* Forgets replicas silent for ten heartbeat timeouts (at least a minute):
@@ -194,6 +249,12 @@ static gang_status send_notices(gang_lighthouse *L, int64_t now) {
       GANG_INFO(FT,
                 "lighthouse: replica '%s' of quorum %" PRId64 " left: "
                 "notice %" PRId64,
+                id, L->prev.quorum_id, L->notices);
+    else if (L->reps[i].last_beat_ms == INT64_MIN)
+      GANG_WARN(FT,
+                "lighthouse: replica '%s' of quorum %" PRId64 " was reported "
+                "lost by a peer and did not beat since: failure notice "
+                "%" PRId64,
                 id, L->prev.quorum_id, L->notices);
     else
       GANG_WARN(FT,
@@ -417,6 +478,7 @@ gang_status gang__lh_tick(gang_lighthouse *L) {
   forgive_stall(L, now);
   GANG_CHECK(read_ids(L, now));
   now = gang__lh_now_ms();
+  GANG_CHECK(read_suspects(L, now));
   GANG_CHECK(read_beats(L, now));
   GANG_CHECK(prune(L, now));
   GANG_CHECK(send_notices(L, now));

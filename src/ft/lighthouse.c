@@ -135,14 +135,21 @@ static void self_addr(const char *host, int port, char *buf, size_t cap) {
 }
 
 static gang_status init_store(gang_lighthouse *L) {
-  uint8_t r[8];
+  /* Ordered by start time, so that commits under different lighthouses
+   * compare (gang__lh_member.commit_inc); the random low bits keep two
+   * lighthouses started in one millisecond apart. */
+  uint8_t r[2];
   GANG_CHECK(gang__auth_random(r, sizeof r));
-  for (int i = 0; i < 8; i++)
-    L->incarnation = L->incarnation << 8 | r[i];
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  uint64_t ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+  L->incarnation = (ms & 0xffffffffffffull) << 16 | (uint64_t)r[0] << 8 | r[1];
   char inc[17];
   snprintf(inc, sizeof inc, "%016" PRIx64, L->incarnation);
-  /* lh/ids exists from the start so that reading it never waits. */
+  /* lh/ids and lh/suspects exist from the start so that reading them
+   * never waits. */
   GANG_CHECK(gang_store_set(L->st, GANG__LH_KEY_IDS, "", 0));
+  GANG_CHECK(gang_store_set(L->st, GANG__LH_KEY_SUSPECTS, "", 0));
   GANG_CHECK(gang_store_add(L->st, GANG__LH_KEY_ROUND, 0, &L->round));
   return gang_store_set(L->st, GANG__LH_KEY_INCARNATION, inc, 16);
 }

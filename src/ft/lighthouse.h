@@ -8,8 +8,10 @@
  * every tick through a store client of its own, computes quorums and
  * writes them back. The keys (docs/fault-tolerance.md):
  *
- *   lh/incarnation          random hex, set once at start: a restarted
- *                           lighthouse is a new one (quorum ids restart)
+ *   lh/incarnation          16 hex digits, set once at start: the start
+ *                           time (ms, high 48 bits) and 16 random bits; a
+ *                           restarted lighthouse is a new, later one
+ *                           (quorum ids restart)
  *   lh/ids                  append log of "<replica_id>\n", one line per
  *                           replica, written at its first heartbeat
  *   lh/hb/<replica_id>      heartbeat counter (store add 1 per beat;
@@ -20,6 +22,9 @@
  *   lh/notice/<k>           k-th failure notice: the replica id whose
  *                           heartbeat expired while it was in the last
  *                           quorum (k = 0, 1, ...)
+ *   lh/suspects             append log of "<replica_id>\n": replicas a
+ *                           peer saw die (a connection that ended without
+ *                           a goodbye); the lighthouse consumes it
  *   rdzv/...                free for replica gangs' rendezvous (the
  *                           manager's replica gang uses
  *                           rdzv/<incarnation>/q<quorum_id>/g<group_rank>)
@@ -53,6 +58,13 @@ typedef struct gang__lh_member {
    * newer commit is the one that went on; the others heal from it. The
    * field is optional in records (0 when absent). */
   int64_t commit_quorum;
+  /* ... and the incarnation of the lighthouse that formed that quorum
+   * (0: none). Incarnations are ordered by the lighthouse's start time
+   * (their high 48 bits are its wall clock in ms), so the pair orders
+   * commits across lighthouse restarts too: two replicas at one step that
+   * committed it in quorums of different lighthouses are told apart, and
+   * the later commit wins. Optional in records. */
+  uint64_t commit_inc;
 } gang__lh_member;
 
 /* A quorum (torchft's Quorum): members sorted by replica_id. */
@@ -123,6 +135,13 @@ bool gang__lh_compute(const gang__lh_config *cfg, const gang__lh_replica *reps,
 bool gang__lh_new_id(const gang__lh_quorum *prev,
                      const gang__lh_member *members, int n);
 
+/* The members of q that are up to date (torchft's max-step members, with
+ * the commit check of gang__lh_member.commit_quorum): at the highest step,
+ * and among those, committed in the latest quorum (incarnation, then
+ * quorum id); the others heal from them. up[i] for each member; returns
+ * how many, and the highest step in *max_step. Pure. */
+int gang__lh_up_to_date(const gang__lh_quorum *q, int64_t *max_step, bool *up);
+
 /* ---- The client ---------------------------------------------------------- */
 
 /* A client is one store connection: one thread at a time (a manager keeps
@@ -146,6 +165,13 @@ gang_status gang__lh_heartbeat(gang__lh_client *c, const char *id);
  * quorum, and leaves it out of the next. Its heartbeats after this count
  * for nothing. */
 gang_status gang__lh_leave(gang__lh_client *c, const char *id);
+
+/* Reports replica `id` lost: a member of its quorum saw its connection end
+ * without a goodbye (it crashed). If `id` is in the last quorum and its
+ * heartbeat counter does not move for GANG__LH_SUSPECT_MS, the lighthouse
+ * counts it dead then, instead of after its heartbeat timeout; a replica
+ * that still beats is unaffected. */
+gang_status gang__lh_suspect(gang__lh_client *c, const char *id);
 
 /* Joins the current round as `me` (also a heartbeat) and waits up to
  * timeout_ms for a quorum that includes it; a round whose quorum left it

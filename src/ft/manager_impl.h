@@ -76,7 +76,8 @@ struct gang_manager {
   uint64_t heal_inc;
   bool healing; /* this step's replica heals: it sends zeros */
   bool voting;  /* should_commit began: notices no longer spoil the step */
-  int participant_rank; /* among the participants, -1: not one */
+  char reported[GANG_LH_ID_MAX]; /* the last replica told the lighthouse of */
+  int participant_rank;          /* among the participants, -1: not one */
   /* The group's own gang failed (a vote or a share of the quorum did not
    * complete): the group must restart. Sticky; every call returns it. */
   gang_status fatal;

@@ -55,8 +55,8 @@ static gang_status ask_lighthouse(gang_manager *m, gang__lh_member *me,
       continue;
     }
     pthread_mutex_lock(&m->mu);
-    me->commit_quorum =
-        m->commit_inc == gang__lh_incarnation(m->lh_quorum) ? m->commit_qid : 0;
+    me->commit_quorum = m->commit_qid; /* ordered across lighthouses too */
+    me->commit_inc = m->commit_inc;
     pthread_mutex_unlock(&m->mu);
     st = gang__lh_join(m->lh_quorum, me, left, q);
     if (st == GANG_OK)
@@ -76,6 +76,42 @@ static gang_status ask_lighthouse(gang_manager *m, gang__lh_member *me,
                      "replica %s: no quorum from the lighthouse at %s within "
                      "%" PRId64 " ms: %s",
                      m->replica_id, m->lighthouse, m->quorum_timeout_ms, last);
+}
+
+/* ---- Telling the lighthouse of a dead peer ---------------------------------
+ */
+
+/* The replica gang saw a member of this quorum die (its connection ended
+ * without a goodbye: it crashed). The lighthouse would wait for its
+ * heartbeat to expire before a quorum without it; told, it counts it dead
+ * as soon as its counter has not moved for a few beats (lighthouse.h,
+ * gang__lh_suspect). Once per replica; on a connection of its own, with a
+ * short deadline: any thread. */
+static void report_lost(gang_manager *m) {
+  int lost[8];
+  int n = gang__ft_lost_ranks(m->replica, lost, 8);
+  char ids[8][GANG_LH_ID_MAX];
+  int k = 0;
+  pthread_mutex_lock(&m->mu);
+  for (int i = 0; i < n; i++)
+    if (lost[i] >= 0 && lost[i] < m->q.n && lost[i] != m->replica_rank &&
+        strcmp(m->q.members[lost[i]].replica_id, m->reported) != 0)
+      snprintf(ids[k++], GANG_LH_ID_MAX, "%s",
+               m->q.members[lost[i]].replica_id);
+  if (k > 0)
+    snprintf(m->reported, sizeof m->reported, "%s", ids[0]);
+  pthread_mutex_unlock(&m->mu);
+  if (k == 0)
+    return;
+  gang__lh_client *c = NULL;
+  gang_status st = gang__lh_connect(m->lighthouse, 500, &c);
+  for (int i = 0; i < k && st == GANG_OK; i++) {
+    st = gang__lh_suspect(c, ids[i]);
+    if (st == GANG_OK)
+      GANG_INFO(FT, "replica %s: told the lighthouse that replica %s died",
+                m->replica_id, ids[i]);
+  }
+  gang__lh_close(c);
 }
 
 /* ---- Sharing the quorum with the group ----------------------------------- */
@@ -149,6 +185,7 @@ typedef struct place {
   int rank, n; /* among the replicas */
   int64_t max_step;
   int64_t commit_quorum; /* of the up-to-date replicas */
+  uint64_t commit_inc;   /* ... and the lighthouse incarnation of that */
   int ntargets;          /* replicas that receive the state */
   int src;               /* replica rank to heal from, -1: none */
   int dst[1024];         /* replica ranks to send to (n <= 1024) */
@@ -165,14 +202,9 @@ static gang_status find_place(const gang_manager *m, const gang__lh_quorum *q,
   p->rank = -1;
   p->src = -1;
   p->n = q->n;
-  int up[1024], nup = 0;
-  p->max_step = 0;
-  for (int i = 0; i < q->n; i++) {
+  for (int i = 0; i < q->n; i++)
     if (strcmp(q->members[i].replica_id, m->replica_id) == 0)
       p->rank = i;
-    if (q->members[i].step > p->max_step)
-      p->max_step = q->members[i].step;
-  }
   if (p->rank < 0)
     return gang__error(GANG_INTERNAL,
                        "quorum %" PRId64 " does not include replica %s",
@@ -182,21 +214,22 @@ static gang_status find_place(const gang_manager *m, const gang__lh_quorum *q,
                        "quorum of %d replicas: at most "
                        "1024",
                        q->n);
-  /* Up to date: at max_step, committed in the newest quorum of those. */
+  /* Up to date: at max_step, committed in the latest quorum of those
+   * (gang__lh_up_to_date). */
+  int up[1024], nup = 0;
+  gang__lh_up_to_date(q, &p->max_step, p->up);
   for (int i = 0; i < q->n; i++)
-    if (q->members[i].step == p->max_step &&
-        q->members[i].commit_quorum > p->commit_quorum)
-      p->commit_quorum = q->members[i].commit_quorum;
-  for (int i = 0; i < q->n; i++)
-    if (q->members[i].step == p->max_step &&
-        q->members[i].commit_quorum == p->commit_quorum)
+    if (p->up[i]) {
       up[nup++] = i;
+      p->commit_quorum = q->members[i].commit_quorum;
+      p->commit_inc = q->members[i].commit_inc;
+    }
   if (m->init_sync && p->max_step == 0) {
     up[0] = up[m->group_rank % nup]; /* the primary alone */
     nup = 1;
+    memset(p->up, 0, sizeof p->up);
+    p->up[up[0]] = true;
   }
-  for (int j = 0; j < nup; j++)
-    p->up[up[j]] = true;
   p->nup = nup;
   for (int i = 0; i < q->n; i++) {
     p->at_max[i] = q->members[i].step == p->max_step;
@@ -206,10 +239,7 @@ static gang_status find_place(const gang_manager *m, const gang__lh_quorum *q,
    * nup]. */
   int k = 0;
   for (int i = 0; i < q->n; i++) {
-    bool fresh = false;
-    for (int j = 0; j < nup; j++)
-      fresh |= up[j] == i;
-    if (fresh)
+    if (p->up[i])
       continue;
     int src = up[(k + m->group_rank) % nup];
     if (i == p->rank)
@@ -347,6 +377,11 @@ static gang_status run_quorum(gang_manager *m, bool allow_heal,
   pthread_mutex_unlock(&m->mu);
   if (fatal != GANG_OK) /* a broken group joins no quorum */
     return gang__mgr_fatal(m, "an earlier step");
+  /* A member that died since the last step, while the replica gang was
+   * idle, closed its connections: a look at them now finds it, and the
+   * lighthouse hears of it before this quorum waits for its join. */
+  if (gang__ft_poke(m->replica) == GANG_PEER_LOST)
+    report_lost(m);
   gang__lh_quorum q = {0};
   gang_manager_timings t = {0};
   set_phase(m, MGR_ASKING);
@@ -425,6 +460,8 @@ static gang_status run_quorum(gang_manager *m, bool allow_heal,
   }
   char why[1024];
   snprintf(why, sizeof why, "%s", gang_last_error());
+  if (st == GANG_PEER_LOST)
+    report_lost(m);
   set_phase(m, MGR_AGREEING);
   st = agree(m, st, what, why);
   pthread_mutex_lock(&m->mu);
@@ -432,8 +469,8 @@ static gang_status run_quorum(gang_manager *m, bool allow_heal,
     /* Received and agreed: should_commit moves it in. */
     m->heal_pending = true;
     m->heal_step = heal_step;
-    m->heal_qid = p.commit_quorum; /* the source's state */
-    m->heal_inc = q.incarnation;
+    m->heal_qid = p.commit_quorum; /* the source's state and commit */
+    m->heal_inc = p.commit_inc;
   }
   m->phase = MGR_IDLE;
   pthread_mutex_unlock(&m->mu);
@@ -588,6 +625,8 @@ gang_status gang_manager_all_reduce(gang_manager *m, void *buf, size_t count,
   }
   if (st != GANG_OK) {
     gang__mgr_record(m, st, gang_last_error());
+    if (st == GANG_PEER_LOST)
+      report_lost(m);
     return GANG_OK;
   }
   if (op == GANG_MEAN)
@@ -595,10 +634,15 @@ gang_status gang_manager_all_reduce(gang_manager *m, void *buf, size_t count,
   return GANG_OK;
 }
 
-/* The healed state moves into the caller's buffers (should_commit, on the
- * caller's thread, with the worker idle). Called with mu held. */
-static void apply_heal_locked(gang_manager *m) {
-  if (!m->heal_pending)
+/* The healed state moves into the caller's buffers: in should_commit, on
+ * the caller's thread, with the worker idle (nothing else touches the
+ * staged buffers then), outside the lock (a large state takes a while,
+ * and the notice watcher reads the quorum meanwhile). */
+static void apply_heal(gang_manager *m) {
+  pthread_mutex_lock(&m->mu);
+  bool pending = m->heal_pending;
+  pthread_mutex_unlock(&m->mu);
+  if (!pending)
     return;
   for (int i = 0; i < m->nstates; i++) {
     if (m->states[i].len > 0)
@@ -606,12 +650,15 @@ static void apply_heal_locked(gang_manager *m) {
     free(m->states[i].staged);
     m->states[i].staged = NULL;
   }
+  pthread_mutex_lock(&m->mu);
   m->step = m->heal_step;
   m->commit_qid = m->heal_qid;
   m->commit_inc = m->heal_inc;
   m->heal_pending = false;
+  int64_t step = m->step;
+  pthread_mutex_unlock(&m->mu);
   GANG_INFO(FT, "replica %s: healed state in place at step %" PRId64,
-            m->replica_id, m->step);
+            m->replica_id, step);
 }
 
 gang_status gang_manager_should_commit(gang_manager *m, bool *commit) {
@@ -628,10 +675,12 @@ gang_status gang_manager_should_commit(gang_manager *m, bool *commit) {
   /* The step's replica traffic is over: a member's death no longer
    * spoils it (takes_notice). */
   m->voting = true;
-  apply_heal_locked(m);
+  pthread_mutex_unlock(&m->mu);
+  apply_heal(m);
   /* torchft's vote: no error and enough participants. A replica that did
    * not take part (it was behind) commits too: it sent zeros, and its
    * step moves on with the others'. */
+  pthread_mutex_lock(&m->mu);
   int32_t vote = m->error == GANG_OK && m->quorum_status == GANG_OK &&
                  m->participants >= m->min_replica_size;
   pthread_mutex_unlock(&m->mu);

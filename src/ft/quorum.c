@@ -50,18 +50,18 @@ static int id_len(const gang__lh_member *m) {
 }
 
 size_t gang__lh_member_encode(const gang__lh_member *m, char *buf, size_t cap) {
-  int n =
-      snprintf(buf, cap,
-               "replica_id=%.*s\nstep=%" PRId64 "\nworld_size=%d\n"
-               "shrink_only=%d\ncommit_failures=%" PRId64
-               "\ncommit_quorum=%" PRId64 "\n",
-               id_len(m), m->replica_id, m->step, m->world_size,
-               m->shrink_only ? 1 : 0, m->commit_failures, m->commit_quorum);
+  int n = snprintf(
+      buf, cap,
+      "replica_id=%.*s\nstep=%" PRId64 "\nworld_size=%d\n"
+      "shrink_only=%d\ncommit_failures=%" PRId64 "\ncommit_quorum=%" PRId64
+      "\ncommit_incarnation=%016" PRIx64 "\n",
+      id_len(m), m->replica_id, m->step, m->world_size, m->shrink_only ? 1 : 0,
+      m->commit_failures, m->commit_quorum, m->commit_inc);
   return n < 0 ? 0 : (size_t)n;
 }
 
 char *gang__lh_quorum_encode(const gang__lh_quorum *q, size_t *len) {
-  size_t cap = 160 + (size_t)(q->n > 0 ? q->n : 0) * (GANG_LH_ID_MAX + 128);
+  size_t cap = 160 + (size_t)(q->n > 0 ? q->n : 0) * (GANG_LH_ID_MAX + 256);
   char *buf = malloc(cap);
   if (buf == NULL)
     return NULL;
@@ -74,10 +74,11 @@ char *gang__lh_quorum_encode(const gang__lh_quorum *q, size_t *len) {
     off += (size_t)snprintf(buf + off, cap - off,
                             "member=%.*s step=%" PRId64 " world_size=%d "
                             "shrink_only=%d commit_failures=%" PRId64
-                            " commit_quorum=%" PRId64 "\n",
+                            " commit_quorum=%" PRId64
+                            " commit_incarnation=%016" PRIx64 "\n",
                             id_len(m), m->replica_id, m->step, m->world_size,
                             m->shrink_only ? 1 : 0, m->commit_failures,
-                            m->commit_quorum);
+                            m->commit_quorum, m->commit_inc);
   }
   if (off >= cap) { /* cannot happen with the bounds above */
     free(buf);
@@ -184,9 +185,12 @@ enum {
   F_WORLD = 4,
   F_SHRINK = 8,
   F_FAIL = 16,
-  F_COMMIT = 32 /* optional */
+  F_COMMIT = 32,    /* optional */
+  F_COMMIT_INC = 64 /* optional */
 };
 #define F_ALL (F_ID | F_STEP | F_WORLD | F_SHRINK | F_FAIL)
+
+static gang_status parse_hex64(const reader *r, span k, span v, uint64_t *out);
 
 /* One member field; *bit is the field's bit, or 0 for an unknown key. */
 static gang_status member_field(const reader *r, span k, span v,
@@ -214,6 +218,9 @@ static gang_status member_field(const reader *r, span k, span v,
   } else if (span_is(k, "commit_quorum")) {
     *bit = F_COMMIT;
     GANG_CHECK(parse_num(r, k, v, 0, INT64_MAX, &m->commit_quorum));
+  } else if (span_is(k, "commit_incarnation")) {
+    *bit = F_COMMIT_INC;
+    GANG_CHECK(parse_hex64(r, k, v, &m->commit_inc));
   }
   return GANG_OK;
 }
@@ -261,7 +268,7 @@ gang_status gang__lh_member_decode(const char *buf, size_t len,
 }
 
 /* "member=<id> step=N world_size=N shrink_only=B commit_failures=N
- * [commit_quorum=N]". */
+ * [commit_quorum=N] [commit_incarnation=H]". */
 static gang_status member_line(reader *r, span v, gang__lh_member *m) {
   memset(m, 0, sizeof *m);
   if (v.n > 0 && v.p[v.n - 1] == ' ')
@@ -515,4 +522,37 @@ bool gang__lh_new_id(const gang__lh_quorum *prev,
     if (members[i].commit_failures > 0)
       return true;
   return false;
+}
+
+/* ---- Who is up to date ----------------------------------------------------
+ */
+
+/* Whether commit (inc, qid) a is later than b: incarnations are ordered
+ * by their lighthouse's start, quorum ids within one incarnation. */
+static bool later(uint64_t ainc, int64_t aq, uint64_t binc, int64_t bq) {
+  return ainc != binc ? ainc > binc : aq > bq;
+}
+
+int gang__lh_up_to_date(const gang__lh_quorum *q, int64_t *max_step, bool *up) {
+  int64_t top = 0;
+  for (int i = 0; i < q->n; i++)
+    if (q->members[i].step > top)
+      top = q->members[i].step;
+  uint64_t inc = 0;
+  int64_t qid = 0;
+  for (int i = 0; i < q->n; i++) {
+    const gang__lh_member *m = &q->members[i];
+    if (m->step == top && later(m->commit_inc, m->commit_quorum, inc, qid)) {
+      inc = m->commit_inc;
+      qid = m->commit_quorum;
+    }
+  }
+  int n = 0;
+  for (int i = 0; i < q->n; i++) {
+    const gang__lh_member *m = &q->members[i];
+    up[i] = m->step == top && m->commit_inc == inc && m->commit_quorum == qid;
+    n += up[i];
+  }
+  *max_step = top;
+  return n;
 }

@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/options.h"
 #include "ft_impl.h"
+#include "gang/pg.h"
 #include "gang/store.h"
 
 /* One incarnation: its gang and the works of it not yet collected. */
@@ -213,6 +214,26 @@ static gang_status ft_configure(gang_t *g, const char *store_addr, int rank,
   gang__ft_reset(g, rank, size);
   pthread_mutex_unlock(&f->mu);
   return GANG_OK;
+}
+
+int gang__ft_lost_ranks(gang_t *g, int *out, int cap) {
+  if (g == NULL || g->ops != &ft_ops)
+    return 0;
+  ft_gang *f = g->impl;
+  pthread_mutex_lock(&f->mu);
+  int n = f->current != NULL ? gang__pg_lost_ranks(f->current->g, out, cap) : 0;
+  pthread_mutex_unlock(&f->mu);
+  return n;
+}
+
+gang_status gang__ft_poke(gang_t *g) {
+  if (g == NULL || g->ops != &ft_ops)
+    return GANG_OK;
+  ft_gang *f = g->impl;
+  pthread_mutex_lock(&f->mu);
+  gang_status st = f->current != NULL ? gang__pg_poke(f->current->g) : GANG_OK;
+  pthread_mutex_unlock(&f->mu);
+  return st;
 }
 
 static bool ft_configured(const gang_t *g) {

@@ -216,6 +216,21 @@ struct gang__fabric *gang__pg_fabric(gang_t *g) {
   return ((pg *)g->impl)->w->fabric;
 }
 
+int gang__pg_lost_ranks(gang_t *g, int *out, int cap) {
+  if (g == NULL || g->ops != &pg_ops)
+    return 0;
+  pg *p = g->impl;
+  return p->w->fabric != NULL ? gang__fabric_lost_peers(p->w->fabric, out, cap)
+                              : 0;
+}
+
+gang_status gang__pg_poke(gang_t *g) {
+  if (g == NULL || g->ops != &pg_ops)
+    return GANG_OK;
+  pg *p = g->impl;
+  return p->w->fabric != NULL ? gang__fabric_poke(p->w->fabric) : GANG_OK;
+}
+
 const char *gang__pg_last_algo(gang_t *g) {
   if (g == NULL || g->ops != &pg_ops)
     return NULL;

@@ -36,6 +36,25 @@ bool gang__fabric_peer_left(gang__fabric *f, int peer, char *why, size_t cap) {
   return left;
 }
 
+int gang__fabric_lost_peers(gang__fabric *f, int *out, int cap) {
+  pthread_mutex_lock(&f->mu);
+  int n = 0;
+  if (f->lost_peer >= 0 && n < cap)
+    out[n++] = f->lost_peer;
+  for (int p = 0; f->lost != NULL && p < f->size && n < cap; p++)
+    if (f->lost[p] && p != f->lost_peer)
+      out[n++] = p;
+  pthread_mutex_unlock(&f->mu);
+  return n;
+}
+
+void gang__fabric_note_lost(gang__fabric *f, int peer) {
+  pthread_mutex_lock(&f->mu);
+  if (f->lost_peer < 0 && peer >= 0 && peer < f->size && peer != f->rank)
+    f->lost_peer = peer;
+  pthread_mutex_unlock(&f->mu);
+}
+
 int gang__fabric_peer_fd(const gang__fabric *f, int peer) {
   if (peer < 0 || peer >= f->size || peer == f->rank)
     return -1;
@@ -341,6 +360,9 @@ void fabric_push_sends(gang__fabric *f, conn *c) {
       }
       char why[1024];
       snprintf(why, sizeof why, "sending to %s: %s", c->name, strerror(e));
+      if ((e == EPIPE || e == ECONNRESET) && f->failed == GANG_OK &&
+          f->lost_peer < 0)
+        f->lost_peer = c->peer;
       fabric_fail_locked(
           f, e == EPIPE || e == ECONNRESET ? GANG_PEER_LOST : GANG_SYSTEM, why);
       return;
@@ -562,6 +584,27 @@ static bool owes(const conn *c) {
          c->in_payload;
 }
 
+/* When one peer died, others may have died with it (a host, or two groups
+ * killed at once): the fabric is about to shut every connection, so look
+ * now, without waiting, for those whose end of stream (or reset) is
+ * already there and nothing before it. Best effort: one behind unread
+ * bytes is not seen. */
+static void note_others_lost(gang__fabric *f, int first) {
+  f->lost = calloc((size_t)f->size, sizeof *f->lost);
+  if (f->lost == NULL)
+    return;
+  f->lost[first] = true;
+  for (int p = 0; p < f->size; p++) {
+    conn *c = &f->conns[p];
+    if (p == f->rank || p == first || c->fd < 0 || c->dead || c->bye)
+      continue;
+    char b;
+    ssize_t r = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (r == 0 || (r < 0 && (errno == ECONNRESET || errno == EPIPE)))
+      f->lost[p] = true;
+  }
+}
+
 static void peer_closed(gang__fabric *f, conn *c, int err) {
   char why[1024];
   if (c->bye) {
@@ -581,6 +624,10 @@ static void peer_closed(gang__fabric *f, conn *c, int err) {
   else
     snprintf(why, sizeof why, "connection to %s failed: %s", c->name,
              strerror(err));
+  if (f->failed == GANG_OK && f->lost_peer < 0) {
+    f->lost_peer = c->peer;
+    note_others_lost(f, c->peer);
+  }
   fabric_fail_locked(f, GANG_PEER_LOST, why);
 }
 

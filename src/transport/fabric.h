@@ -158,6 +158,17 @@ gang_status gang__fabric_status(gang__fabric *f, char *detail, size_t cap);
 /* Closes every connection and frees the fabric. No transfer may be running. */
 void gang__fabric_destroy(gang__fabric *f);
 
+/* The peers this rank saw die, the first first: the one whose connection
+ * ended without a goodbye, or was reset, before anything else failed the
+ * fabric (a peer that only passed another's failure on is not one), and
+ * those whose end of stream was already waiting then. Writes at most cap
+ * ranks to out; returns how many. What a fault-tolerance manager tells its
+ * lighthouse (src/ft). Any thread. */
+int gang__fabric_lost_peers(gang__fabric *f, int *out, int cap);
+/* Notes `peer` as the one lost, when the shared-memory arena saw its
+ * process gone first. */
+void gang__fabric_note_lost(gang__fabric *f, int peer);
+
 /* The socket to `peer` (tests use it to inject bytes a broken peer would
  * send). -1 if there is none. */
 int gang__fabric_peer_fd(const gang__fabric *f, int peer);

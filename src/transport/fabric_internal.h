@@ -171,6 +171,10 @@ struct gang__fabric {
   char cc[16]; /* the kernel's TCP_CA_NAME_MAX */
   bool cc_all, cc_keep;
   uint64_t moved; /* syscalls that moved bytes, for the spin */
+  int lost_peer;  /* the first peer whose connection ended without a
+                     goodbye (a crash), -1: none */
+  bool *lost;     /* every peer seen so (lost_peer and the others whose
+                     end of stream was already there), NULL: none yet */
 };
 
 /* ---- fabric.c: failure ---- */

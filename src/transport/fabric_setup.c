@@ -440,6 +440,7 @@ static gang_status fabric_alloc(int rank, int size, gang__fabric **out) {
   f->rank = rank;
   f->size = size;
   f->wakefd = -1;
+  f->lost_peer = -1;
   pthread_mutex_init(&f->mu, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
@@ -589,6 +590,7 @@ void gang__fabric_destroy(gang__fabric *f) {
     fabric_conn_free(c);
   }
   free(f->conns);
+  free(f->lost);
   if (f->wakefd >= 0)
     close(f->wakefd);
   pthread_cond_destroy(&f->cv);

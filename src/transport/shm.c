@@ -429,8 +429,10 @@ static gang_status copy_remote(gang__shm_chan *c, int member, void *local,
                                                  left, sizeof left))
         return gang__error(GANG_PEER_LEFT, "%s: %s is gone: %s", call, who,
                            left);
-      if (err == ESRCH)
+      if (err == ESRCH) {
+        gang__fabric_note_lost(c->fabric, c->world[member]);
         return gang__error(GANG_PEER_LOST, "%s: %s is gone", call, who);
+      }
       return gang__error_errno(GANG_SYSTEM, err, "%s: %s of %zu bytes %s %s",
                                call,
                                write ? "process_vm_writev" : "process_vm_readv",

@@ -304,7 +304,7 @@ static void test_arguments(void **state) {
   assert_gang_ok(gang__lh_connect(addr, 5000, &c));
   assert_int_equal(gang__lh_heartbeat(c, "has space"), GANG_INVALID_ARGUMENT);
   assert_int_equal(gang__lh_heartbeat(c, ""), GANG_INVALID_ARGUMENT);
-  gang__lh_member me = {"ok", 0, 0, false, 0, 0};
+  gang__lh_member me = {"ok", 0, 0, false, 0, 0, 0};
   gang__lh_quorum q;
   assert_int_equal(gang__lh_join(c, &me, 100, &q), GANG_INVALID_ARGUMENT);
   assert_non_null(strstr(gang_last_error(), "world_size"));

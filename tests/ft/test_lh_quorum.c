@@ -302,11 +302,14 @@ static void member_eq(const gang__lh_member *a, const gang__lh_member *b) {
   assert_int_equal(a->shrink_only, b->shrink_only);
   assert_int_equal(a->commit_failures, b->commit_failures);
   assert_int_equal(a->commit_quorum, b->commit_quorum);
+  assert_true(a->commit_inc == b->commit_inc);
 }
 
 static void test_round_trips(void **state) {
   (void)state;
-  gang__lh_member m = {"trainer:4f2a-9c", INT64_MAX, 8, true, 3, 77}, back;
+  gang__lh_member m = {"trainer:4f2a-9c", INT64_MAX, 8, true, 3, 77,
+                       UINT64_MAX},
+                  back;
   char buf[512];
   size_t n = gang__lh_member_encode(&m, buf, sizeof buf);
   assert_true(n > 0 && n < sizeof buf);
@@ -325,6 +328,8 @@ static void test_round_trips(void **state) {
   q.round = 12345;
   q.members[1].step = 7;
   q.members[2].commit_failures = 2;
+  q.members[2].commit_inc = 0x0123456789abcdefull;
+  q.members[1].commit_quorum = 41;
   q.members[0].shrink_only = true;
   size_t len = 0;
   char *rec = gang__lh_quorum_encode(&q, &len);
@@ -348,6 +353,44 @@ static void test_round_trips(void **state) {
   gang__lh_quorum_fini(&qb);
   gang__lh_quorum_fini(&q);
   gang__lh_quorum_fini(&q); /* fini twice is fine */
+}
+
+/* Up to date: the highest step, then the latest commit of those, ordered
+ * by the lighthouse incarnation (its start time) and then the quorum id,
+ * so that one step committed in two quorums -- also under two
+ * lighthouses, before and after a restart -- is told apart and the later
+ * commit wins (the others heal from it). */
+static void test_up_to_date(void **state) {
+  (void)state;
+  const char *ids[] = {"a:1", "b:2", "c:3", "d:4"};
+  gang__lh_quorum q = prev_of(9, ids, 4);
+  bool up[4];
+  int64_t top = -1;
+  /* All at step 0, nothing committed: all up to date. */
+  assert_int_equal(gang__lh_up_to_date(&q, &top, up), 4);
+  assert_int_equal(top, 0);
+  /* b and c ahead, at step 12; d at 11. */
+  q.members[1].step = q.members[2].step = 12;
+  q.members[3].step = 11;
+  assert_int_equal(gang__lh_up_to_date(&q, &top, up), 2);
+  assert_true(!up[0] && up[1] && up[2] && !up[3] && top == 12);
+  /* One lighthouse: c committed step 12 in a later quorum than b. */
+  q.members[1].commit_inc = q.members[2].commit_inc = 0x100;
+  q.members[1].commit_quorum = 5;
+  q.members[2].commit_quorum = 6;
+  assert_int_equal(gang__lh_up_to_date(&q, &top, up), 1);
+  assert_true(up[2] && !up[1]);
+  /* b's commit came under a later lighthouse (restarted since), though
+   * its quorum id is smaller: b wins. */
+  q.members[1].commit_inc = 0x200;
+  q.members[1].commit_quorum = 1;
+  assert_int_equal(gang__lh_up_to_date(&q, &top, up), 1);
+  assert_true(up[1] && !up[2]);
+  /* The same commit: both. */
+  q.members[2] = q.members[1];
+  snprintf(q.members[2].replica_id, sizeof q.members[2].replica_id, "c:3");
+  assert_int_equal(gang__lh_up_to_date(&q, &top, up), 2);
+  gang__lh_quorum_fini(&q);
 }
 
 static void test_malformed_members(void **state) {
@@ -489,7 +532,7 @@ static void test_corruption(void **state) {
   gang__lh_quorum q = prev_of(42, ids, 4);
   size_t len = 0;
   char *rec = gang__lh_quorum_encode(&q, &len);
-  gang__lh_member m = {"x:y", 5, 2, false, 1, 4};
+  gang__lh_member m = {"x:y", 5, 2, false, 1, 4, 9};
   char mrec[256];
   size_t mlen = gang__lh_member_encode(&m, mrec, sizeof mrec);
   unsigned seed = 12345;
@@ -559,6 +602,7 @@ int main(void) {
       cmocka_unit_test(test_shrink_only),
       cmocka_unit_test(test_new_id),
       cmocka_unit_test(test_round_trips),
+      cmocka_unit_test(test_up_to_date),
       cmocka_unit_test(test_malformed_members),
       cmocka_unit_test(test_malformed_quorums),
       cmocka_unit_test(test_corruption),

@@ -94,7 +94,7 @@ static void test_serve(void **state) {
   snprintf(addr, sizeof addr, "127.0.0.1:%d", t.port);
   gang__lh_client *c = NULL;
   assert_gang_ok(gang__lh_connect(addr, 10000, &c));
-  gang__lh_member me = {"tool-test:1", 3, 1, false, 0, 0};
+  gang__lh_member me = {"tool-test:1", 3, 1, false, 0, 0, 0};
   gang__lh_quorum q;
   assert_gang_ok(gang__lh_join(c, &me, 10000, &q));
   assert_int_equal(q.quorum_id, 1);
