@@ -23,6 +23,9 @@ from the others. Then it checks what must hold whatever failed:
 
   examples/train_ft.py                                   3 groups, no faults
   examples/train_ft.py --groups 4 --chaos 10 --faults all --count 50
+  examples/train_ft.py --worker python --chaos 10 --faults all --count 10
+                       (torch DDP over ManagedProcessGroup, one rank a group;
+                       the faults on a group's ranks are left out)
 
 Faults (--faults, a comma list, or "all"):
   kill            SIGKILL of every process of a group
@@ -141,6 +144,17 @@ class Lighthouse:
         self.proc.wait()
 
 
+def worker_command(args):
+    """The program of a replica group: train_ft (C, tensor parallel over
+    --nproc ranks) or examples/python/train_ddp_ft.py (torch DDP over
+    ManagedProcessGroup, one rank), which speaks the same lines."""
+    if args.worker == "c":
+        return [os.path.join(args.build, "examples/train_ft")]
+    here = os.path.dirname(os.path.abspath(__file__))
+    return [args.python, os.path.join(here, "python", "train_ddp_ft.py"),
+            "--ddp", args.ddp]
+
+
 class Job:
     """gangrun --replica-groups running train_ft, and what its lines say."""
 
@@ -155,12 +169,16 @@ class Job:
         self.lock = threading.Lock()
         env = dict(env)
         env["GANG_LIGHTHOUSE"] = f"127.0.0.1:{lh_port}"
+        if args.worker == "python":
+            py = os.path.abspath(os.path.join(args.build, "python"))
+            env["PYTHONPATH"] = os.pathsep.join(
+                x for x in (py, env.get("PYTHONPATH")) if x)
         cmd = [os.path.join(args.build, "tools/gangrun/gangrun"),
                "--replica-groups", str(groups),
                "--nproc-per-node", str(args.nproc),
                "--max-restarts", "1000000" if faulty else "0",
                "--term-grace", "1s",
-               os.path.join(args.build, "examples/train_ft"),
+               *worker_command(args),
                "--steps", str(steps),
                "--timeout-ms", str(args.timeout_ms),
                "--state-mib", str(args.state_mib),
@@ -365,13 +383,29 @@ class Chaos:
         return f
 
 
-def check_never_back(job):
-    """The job's committed step never goes back; an incarnation never
-    commits a step twice. Returns the problems found."""
+def check_never_back(job, faults=()):
+    """The job's committed step -- the highest step committed by the
+    latest incarnation of a group that is alive -- never goes back; an
+    incarnation never commits a step twice. A group killed stops counting
+    at its kill, so a fault that takes the only groups holding the latest
+    step shows as a step back at the survivors' next commit. Returns the
+    problems found."""
     bad = []
     last = {}  # group -> (start index, step)
+    events = [(t, 1, g, inc, kv) for t, g, inc, kv in job.commits]
+    for f in faults:
+        for mv in f["moves"]:
+            if mv["what"] in ("kill", "kill-rank") and "group" in mv:
+                events.append((mv["t"], 0, mv["group"], None, None))
     job_step = 0
-    for t, g, inc, kv in sorted(job.commits, key=lambda c: c[0]):
+    dead = {}  # group -> the start index it was killed in
+    for t, is_commit, g, inc, kv in sorted(events, key=lambda e: (e[0], e[1])):
+        if not is_commit:
+            if g in last:
+                dead[g] = last.pop(g)[0]
+            continue
+        if inc <= dead.get(g, -1):
+            continue  # the killed incarnation's line, read late
         prev_inc, prev_step = last.get(g, (-1, 0))
         if inc < prev_inc:
             continue  # a dead incarnation's line, read late
@@ -385,7 +419,7 @@ def check_never_back(job):
         if now < job_step:
             bad.append(f"the job's committed step went back from {job_step} "
                        f"to {now} (group {g}, start {inc})")
-        job_step = now
+        job_step = max(job_step, now)
     return bad
 
 
@@ -501,13 +535,16 @@ def run(args, groups, steps, faulty, dump, rng, env, lh):
                 continue
             # The next fault once every group is in and has committed since
             # the last one, so faults never pile up into a total loss.
+            # (The first fault too: a group that starts late, such as a
+            # python one importing torch, must be in before it.)
+            t_last = -1.0
             if chaos.faults:
                 t_last = max(mv["t"] for mv in chaos.faults[-1]["moves"]) \
                     if chaos.faults[-1]["moves"] else chaos.faults[-1]["t"]
-                with job.lock:
-                    fresh = {g for t, g, _, _ in job.commits if t > t_last + 0.5}
-                if len(fresh) < groups:
-                    continue
+            with job.lock:
+                fresh = {g for t, g, _, _ in job.commits if t > t_last + 0.5}
+            if len(fresh) < groups:
+                continue
             f = chaos.inject(rng.choice(kinds))
             if f is None:
                 continue
@@ -527,6 +564,15 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--build", default="build/release")
+    ap.add_argument("--worker", choices=["c", "python"], default="c",
+                    help="train_ft (C) or examples/python/train_ddp_ft.py "
+                    "(torch DDP; one rank per group)")
+    ap.add_argument("--ddp", choices=["torch", "torchft"], default="torch",
+                    help="python worker: torch's DDP over "
+                    "ManagedProcessGroup, or gang.ft.DistributedDataParallel")
+    ap.add_argument("--python", default="/usr/bin/python3",
+                    help="python worker: the interpreter (Debian's has "
+                    "torch)")
     ap.add_argument("--groups", type=int, default=3)
     ap.add_argument("--nproc", type=int, default=2,
                     help="ranks per group (tensor parallel)")
@@ -562,6 +608,15 @@ def main():
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args()
     args.kinds = FAULTS if args.faults == "all" else args.faults.split(",")
+    if args.worker == "python":
+        args.nproc = 1
+        if args.faults in ("all", ap.get_default("faults")):
+            args.kinds = [k for k in args.kinds
+                          if k not in ("kill-rank", "stop-skew")]
+        for k in ("kill-rank", "stop-skew"):
+            if k in args.kinds:
+                ap.error(f"fault '{k}' needs groups of several ranks: the "
+                         f"python worker's have one")
     for k in args.kinds:
         if k not in FAULTS:
             ap.error(f"unknown fault '{k}': {', '.join(FAULTS)}")
@@ -617,7 +672,7 @@ def main():
         if len(hs) != 1:
             problems.append(f"rank {r}'s parameters differ between groups: "
                             f"{sorted(hs)}")
-    back = check_never_back(job)
+    back = check_never_back(job, faults)
     problems += back
     restarts = check_restarts(job, faults)
     problems += restarts

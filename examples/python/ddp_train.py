@@ -7,7 +7,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-import gang.torch_backend  # noqa: F401  registers backend "gang"
+import gang  # noqa: F401  registers backend "gang" with torch.distributed
 
 dist.init_process_group("gang")
 rank, world = dist.get_rank(), dist.get_world_size()

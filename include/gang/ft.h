@@ -249,6 +249,11 @@ GANG_API gang_status gang_manager_errored(const gang_manager *m, char *detail,
 
 /* Committed steps so far (-1 for a NULL manager). */
 GANG_API int64_t gang_manager_step(const gang_manager *m);
+/* Resumes at `step` (>= 0), as a job restored from a checkpoint does
+ * (torchft's Manager.load_state_dict): before the first start_quorum only,
+ * on every rank of the group. The lighthouse then sees this group at that
+ * step; one behind the others heals from them as any other. */
+GANG_API gang_status gang_manager_set_step(gang_manager *m, int64_t step);
 /* The current quorum: its id, the replica groups taking part in this step's
  * all_reduce, this group's rank among the replicas: 0, 0 and -1 before the
  * first quorum; -1, 0 and -1 for a NULL manager. */

@@ -7,6 +7,8 @@ the reconfigurable, error-swallowing and dummy gangs) over the C library
 libgang. docs/python.md maps every name to its C call.
 """
 
+import sys
+
 from . import _gang
 from ._core import FakeGang, Gang, ProcessGroupGang, ReduceOperation, get_world_gang
 from ._gang import (
@@ -47,6 +49,53 @@ from .device import Device, get_default_device
 from .device_mesh import DeviceMesh, init_device_mesh
 from .distributed_utils import all_gather_list, all_reduce_dict, broadcast_object
 from . import ft  # noqa: E402  (torchft's names: gang.ft.Manager, ...)
+
+
+def _register_torch_backend(dist):
+    """Backend "gang" for torch.distributed.init_process_group; the creator
+    loads gang.torch_backend (and its C++ extension) when first used."""
+    if "GANG" in dist.Backend._plugins:
+        return
+
+    def create(store, rank, size, timeout):
+        from . import torch_backend
+
+        return torch_backend.create_process_group(store, rank, size, timeout)
+
+    dist.Backend.register_backend("gang", create)
+
+
+class _AfterTorchDistributed:
+    """Registers the backend once torch.distributed is imported, so that
+    ``import gang`` before or after ``import torch`` both make
+    init_process_group("gang") work, without gang importing torch."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch.distributed":
+            return None
+        import importlib.util
+
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            try:
+                _register_torch_backend(module)
+            except Exception:  # an unusual torch: leave the explicit import gang.torch_backend
+                pass
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+if "torch.distributed" in sys.modules:
+    _register_torch_backend(sys.modules["torch.distributed"])
+elif not any(isinstance(f, _AfterTorchDistributed) for f in sys.meta_path):
+    sys.meta_path.insert(0, _AfterTorchDistributed())
 
 # fairseq2's other names for the same classes
 InvalidOperationError = InvalidUsageError

@@ -10,11 +10,16 @@ receives the state it registered (``register_state``) from one that is up to
 date before its step: that is healing.
 
 The gangs underneath are gang_t handles like any other, so they are
-``Gang`` objects: ``ReconfigurableGang`` (torchft's reconfigurable process
-group, ``configure(store_addr, rank, world_size)``),
-``ErrorSwallowingProcessGroupWrapper``, ``ProcessGroupDummy`` and
-``ManagedProcessGroup``. docs/python.md maps every name to its C call, and
-docs/fault-tolerance.md tells how the pieces work.
+``Gang`` objects: ``ReconfigurableGang`` (``configure(store_addr, rank,
+world_size)``), ``BabyGang`` (the same, its communicator in a child
+process), ``ErrorSwallowingGang``, ``DummyGang`` and ``ManagedGang``.
+torchft's names for them (``ProcessGroupGloo``, ``ProcessGroupBabyGloo``,
+``ErrorSwallowingProcessGroupWrapper``, ``ProcessGroupDummy``,
+``ManagedProcessGroup``, with ``ProcessGroup``, ``ProcessGroupWrapper``,
+``ProcessGroupBaby``, ``DistributedDataParallel``, ``extend_device_mesh``)
+are torch.distributed ProcessGroups over those gangs, in gang.ft_torch,
+loaded from here when torch is first asked for. docs/python.md maps every
+name to its C call, and docs/fault-tolerance.md tells how the pieces work.
 
 Where torchft passes Python callbacks, gang registers memory: the C manager
 moves raw bytes, so the state of a replica is the contiguous writable
@@ -39,11 +44,41 @@ __all__ = [
     "Manager",
     "OptimizerWrapper",
     "ReconfigurableGang",
-    "ProcessGroupGloo",
-    "ProcessGroupDummy",
-    "ErrorSwallowingProcessGroupWrapper",
-    "ManagedProcessGroup",
+    "BabyGang",
+    "DummyGang",
+    "ErrorSwallowingGang",
+    "ManagedGang",
 ]
+
+# torchft's names: torch ProcessGroups, in gang.ft_torch (needs torch).
+_TORCH_NAMES = {
+    "ProcessGroup": "ReconfigurableGang",
+    "ProcessGroupWrapper": "ReconfigurableGang",
+    "ProcessGroupGloo": "ReconfigurableGang",
+    "ProcessGroupBaby": "BabyGang",
+    "ProcessGroupBabyGloo": "BabyGang",
+    "ProcessGroupDummy": "DummyGang",
+    "ErrorSwallowingProcessGroupWrapper": "ErrorSwallowingGang",
+    "ManagedProcessGroup": "ManagedGang",
+    "DistributedDataParallel": "Manager.allreduce",
+    "extend_device_mesh": "DeviceMesh",
+}
+
+
+def __getattr__(name):
+    if name not in _TORCH_NAMES:
+        raise AttributeError(f"module 'gang.ft' has no attribute '{name}'")
+    try:
+        from . import ft_torch
+    except ImportError as e:
+        raise AttributeError(
+            f"gang.ft.{name} is a torch.distributed ProcessGroup helper and needs torch, which "
+            f"cannot be imported ({e}); without torch, use gang.ft.{_TORCH_NAMES[name]}") from e
+    return getattr(ft_torch, name)
+
+
+def __dir__():
+    return sorted(list(globals()) + list(_TORCH_NAMES))
 
 # gang_status values (gang/status.h) of the errors Python code reports.
 _TIMEOUT, _PEER_LOST, _ABORTED = 5, 6, 7
@@ -334,6 +369,26 @@ class Manager:
         report_error, or a GangError subclass for the library's."""
         return _exception(self._m.errored(), self._reported)
 
+    def state_dict(self):
+        """{'step', 'batches_committed'}: what a checkpoint keeps of the
+        manager (torchft's Manager.state_dict)."""
+        return {"step": self.current_step(), "batches_committed": self.batches_committed()}
+
+    def load_state_dict(self, state_dict):
+        """Resumes at a checkpoint's step and batch count, before the first
+        start_quorum (torchft's Manager.load_state_dict). Every rank of the
+        group loads the same. A group restored behind the others heals from
+        them at its first quorum, as any late group does."""
+        try:
+            step, batches = int(state_dict["step"]), int(state_dict["batches_committed"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise InvalidArgumentError(
+                f"load_state_dict: expected {{'step': int, 'batches_committed': int}}, got {state_dict!r}") from e
+        if batches < 0:
+            raise InvalidArgumentError(f"load_state_dict: batches_committed {batches} is negative")
+        self._m.step = step
+        self._batches[:] = batches.to_bytes(8, "little", signed=True)
+
     # ---- readers -------------------------------------------------------------
 
     def current_step(self):
@@ -369,9 +424,9 @@ class Manager:
 
     @property
     def gang(self):
-        """The managed gang (``ManagedProcessGroup``): its size is the
-        number of participants, its all_reduce this manager's."""
-        return self._m.gang(ManagedProcessGroup)
+        """The managed gang (``ManagedGang``): its size is the number of
+        participants, its all_reduce this manager's."""
+        return self._m.gang(ManagedGang)
 
     # ---- life ---------------------------------------------------------------
 
@@ -408,8 +463,12 @@ class OptimizerWrapper:
         self.optim.zero_grad(set_to_none)
 
     def step(self, closure=None):
+        """Steps the optimizer when the step commits; returns whether it
+        did."""
         if self.manager.should_commit():
             self.optim.step(closure)
+            return True
+        return False
 
     @property
     def param_groups(self):
@@ -443,7 +502,7 @@ class _Configurable:
 
 class ReconfigurableGang(_Configurable, Gang):
     """A gang created unconfigured and rebuilt by ``configure`` (gang_ft_create,
-    gang_ft_configure; torchft's reconfigurable ProcessGroup). Until
+    gang_ft_configure; under torchft's ProcessGroupGloo). Until
     configured, collectives raise InvalidUsageError ("not configured"),
     rank is -1 and size 0. ``timeout`` (seconds or a timedelta) is every
     incarnation's collective timeout."""
@@ -455,12 +514,19 @@ class ReconfigurableGang(_Configurable, Gang):
         pass
 
 
-# torchft's name for its CPU reconfigurable process group; underneath it is
-# gang (shared memory and TCP), not Gloo.
-ProcessGroupGloo = ReconfigurableGang
+class BabyGang(ReconfigurableGang):
+    """A ReconfigurableGang whose communicator lives in a child process
+    (gang_baby_create; under torchft's ProcessGroupBaby): every configure
+    starts a new child, buffers cross through shared memory, and a child
+    that hangs or dies gives this process an error, never a hang. The child
+    is the gang-baby program (GANG_BABY_PATH, else the one installed beside
+    the library)."""
+
+    def __new__(cls, timeout=None):
+        return _gang._ft_create(cls, _seconds(timeout, "timeout") or 0.0, True)
 
 
-class ProcessGroupDummy(Gang):
+class DummyGang(Gang):
     """Rank ``rank`` of ``world`` whose collectives move nothing: in-place
     ones leave the buffer, out-of-place ones copy the input to this rank's
     place; send and recv raise NotSupportedError (gang_create_dummy)."""
@@ -472,7 +538,7 @@ class ProcessGroupDummy(Gang):
         pass
 
 
-class ErrorSwallowingProcessGroupWrapper(_Configurable, Gang):
+class ErrorSwallowingGang(_Configurable, Gang):
     """Wraps ``pg`` (gang_error_swallowing_wrap), taking its handle: ``pg``
     reads as closed afterwards, and closing the wrapper closes it. After the
     first error all_reduce returns at once and leaves the buffer unchanged;
@@ -496,8 +562,8 @@ class ErrorSwallowingProcessGroupWrapper(_Configurable, Gang):
         _gang._swallow_report(self, _status_of(e), _describe(e))
 
 
-class ManagedProcessGroup(Gang):
-    """A manager's gang (gang_manager_gang; torchft's ManagedProcessGroup):
+class ManagedGang(Gang):
+    """A manager's gang (gang_manager_gang; under torchft's ManagedProcessGroup):
     size is the number of participants of the current quorum, rank this
     group's replica rank; all_reduce goes through the manager (MEAN over
     the participants, errors kept for should_commit); the other collectives

@@ -1,8 +1,9 @@
 """Backend "gang" for torch.distributed.
 
-Importing this module registers the backend, so
+``import gang`` registers the backend (when torch.distributed is loaded,
+before or after gang), so
 
-    import gang.torch_backend
+    import gang
     torch.distributed.init_process_group("gang")
 
 runs torch's collectives (and DistributedDataParallel) over libgang. The

@@ -404,6 +404,26 @@ static PyObject *mgr_get_step(PyObject *self, void *c) {
   return m ? PyLong_FromLongLong(gang_manager_step(m)) : NULL;
 }
 
+static int mgr_set_step(PyObject *self, PyObject *value, void *c) {
+  (void)c;
+  gang_manager *m = mgr_handle(self);
+  if (m == NULL)
+    return -1;
+  if (value == NULL || !PyLong_Check(value)) {
+    gpy_raise_fmt(GANG_INVALID_ARGUMENT, "step must be an int");
+    return -1;
+  }
+  long long step = PyLong_AsLongLong(value);
+  if (step == -1 && PyErr_Occurred())
+    return -1;
+  gang_status st = gang_manager_set_step(m, step);
+  if (st != GANG_OK) {
+    gpy_raise(st, "gang_manager_set_step");
+    return -1;
+  }
+  return 0;
+}
+
 static PyObject *mgr_get_quorum_id(PyObject *self, void *c) {
   (void)c;
   gang_manager *m = mgr_handle(self);
@@ -451,7 +471,8 @@ static PyMethodDef mgr_methods[] = {
 };
 
 static PyGetSetDef mgr_getset[] = {
-    {"step", mgr_get_step, NULL, "gang_manager_step", NULL},
+    {"step", mgr_get_step, mgr_set_step,
+     "gang_manager_step (set: gang_manager_set_step)", NULL},
     {"quorum_id", mgr_get_quorum_id, NULL, "gang_manager_quorum_id", NULL},
     {"replica_rank", mgr_get_replica_rank, NULL, "gang_manager_replica_rank",
      NULL},
@@ -550,21 +571,23 @@ static int gang_class(PyObject *cls) {
   return 0;
 }
 
-/* _ft_create(cls, timeout_s) -> an unconfigured reconfigurable gang. */
+/* _ft_create(cls, timeout_s, baby) -> an unconfigured reconfigurable gang
+ * (its communicator in a child process when baby). */
 static PyObject *py_ft_create(PyObject *mod, PyObject *args) {
   (void)mod;
   PyObject *cls;
   double timeout = 0;
-  if (!PyArg_ParseTuple(args, "O|d:_ft_create", &cls, &timeout) ||
+  int baby = 0;
+  if (!PyArg_ParseTuple(args, "O|dp:_ft_create", &cls, &timeout, &baby) ||
       gang_class(cls) < 0)
     return NULL;
   gang_options o = GANG_OPTIONS_INIT;
   if (timeout > 0)
     o.timeout_ms = ms_of(timeout);
   gang_t *g = NULL;
-  gang_status st = gang_ft_create(&o, &g);
+  gang_status st = baby ? gang_baby_create(&o, &g) : gang_ft_create(&o, &g);
   if (st != GANG_OK)
-    return gpy_raise(st, "gang_ft_create");
+    return gpy_raise(st, baby ? "gang_baby_create" : "gang_ft_create");
   return gpy_gang_wrap((PyTypeObject *)cls, g, 1, NULL);
 }
 
@@ -689,7 +712,8 @@ static PyMethodDef ft_methods[] = {
      METH_VARARGS | METH_KEYWORDS, "gang_lighthouse_start"},
     {"_manager_create", (PyCFunction)(void (*)(void))py_manager_create,
      METH_VARARGS | METH_KEYWORDS, "gang_manager_create"},
-    {"_ft_create", py_ft_create, METH_VARARGS, "gang_ft_create"},
+    {"_ft_create", py_ft_create, METH_VARARGS,
+     "gang_ft_create (gang_baby_create when baby)"},
     {"_ft_configure", py_ft_configure, METH_VARARGS, "gang_ft_configure"},
     {"_ft_configured", py_ft_configured, METH_O, "gang_ft_configured"},
     {"_dummy_create", py_dummy_create, METH_VARARGS, "gang_create_dummy"},

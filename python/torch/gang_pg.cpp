@@ -16,6 +16,7 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #include <torch/python.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <mutex>
@@ -199,9 +200,20 @@ private:
 
 class GangProcessGroup : public c10d::ProcessGroup {
 public:
-  GangProcessGroup(uintptr_t handle, bool owned, py::object keep)
-      : c10d::ProcessGroup(gang_rank(reinterpret_cast<gang_t *>(handle)),
-                           gang_size(reinterpret_cast<gang_t *>(handle))),
+  // c10d keeps a rank and size fixed at construction (torch's DDP divides
+  // by that size): the gang's own, or `told_rank`/`told_size` when given
+  // (>= 0; a fault-tolerant group tells torch 1 and scales itself). The
+  // collectives themselves follow the gang as it is at each call, so a
+  // reconfigurable gang's view stays right across reconfigurations.
+  GangProcessGroup(uintptr_t handle, bool owned, py::object keep,
+                   int told_rank = -1, int told_size = -1)
+      : c10d::ProcessGroup(
+            told_rank >= 0
+                ? told_rank
+                : std::max(0, gang_rank(reinterpret_cast<gang_t *>(handle))),
+            told_size >= 0
+                ? told_size
+                : std::max(1, gang_size(reinterpret_cast<gang_t *>(handle)))),
         g_(reinterpret_cast<gang_t *>(handle)), owned_(owned),
         keep_(std::move(keep)) {}
 
@@ -272,7 +284,7 @@ public:
     // whose tensor torch leaves untouched.
     auto work = make(c10d::OpType::REDUCE, tensors);
     gang_reduce_op op = op_of(opts.reduceOp);
-    bool root = getRank() == static_cast<int>(opts.rootRank);
+    bool root = gang_rank(g_) == static_cast<int>(opts.rootRank);
     for (auto &t : tensors) {
       check_tensor(t, "reduce tensor");
       at::Tensor buf = root ? t : t.clone();
@@ -296,9 +308,9 @@ public:
     auto &outs = outputs[0];
     auto &in = inputs[0];
     check_tensor(in, "all_gather input");
-    TORCH_CHECK(static_cast<int>(outs.size()) == getSize(),
-                "gang: all_gather needs ", getSize(), " output tensors, got ",
-                outs.size());
+    TORCH_CHECK(static_cast<int>(outs.size()) == gang_size(g_),
+                "gang: all_gather needs ", gang_size(g_),
+                " output tensors, got ", outs.size());
     auto work = make(c10d::OpType::ALLGATHER, outs);
     work->keep.push_back(in);
     for (auto &o : outs) {
@@ -323,7 +335,7 @@ public:
                   const c10d::AllgatherOptions &) override {
     check_tensor(out, "all_gather_into_tensor output");
     check_tensor(in, "all_gather_into_tensor input");
-    TORCH_CHECK(out.numel() == in.numel() * getSize() &&
+    TORCH_CHECK(out.numel() == in.numel() * gang_size(g_) &&
                     out.scalar_type() == in.scalar_type(),
                 "gang: output must hold size * input elements of its dtype");
     auto work = make(c10d::OpType::_ALLGATHER_BASE, {out});
@@ -345,8 +357,8 @@ public:
                 "gang: reduce_scatter takes one output tensor per process");
     auto &out = outputs[0];
     check_tensor(out, "reduce_scatter output");
-    TORCH_CHECK(static_cast<int>(inputs[0].size()) == getSize(),
-                "gang: reduce_scatter needs ", getSize(), " input tensors");
+    TORCH_CHECK(static_cast<int>(inputs[0].size()) == gang_size(g_),
+                "gang: reduce_scatter needs ", gang_size(g_), " input tensors");
     // gang reads one packed input: pack the list (the one copy torch's
     // list form costs).
     at::Tensor packed = at::cat(inputs[0]).contiguous();
@@ -367,7 +379,7 @@ public:
                        const c10d::ReduceScatterOptions &opts) override {
     check_tensor(out, "reduce_scatter_tensor output");
     check_tensor(in, "reduce_scatter_tensor input");
-    TORCH_CHECK(in.numel() == out.numel() * getSize(),
+    TORCH_CHECK(in.numel() == out.numel() * gang_size(g_),
                 "gang: input must hold size * output elements");
     auto work = make(c10d::OpType::_REDUCE_SCATTER_BASE, {out});
     work->keep.push_back(in);
@@ -390,7 +402,8 @@ public:
     work->keep.push_back(in);
     gang_work *w = nullptr;
     gang_status st;
-    int n = getSize();
+    int n = gang_size(g_);
+    TORCH_CHECK(n > 0, "gang: all_to_all on a gang that is not configured");
     if (out_splits.empty() && in_splits.empty()) {
       TORCH_CHECK(in.numel() % n == 0 && out.numel() == in.numel(),
                   "gang: all_to_all tensors must split evenly");
@@ -480,10 +493,12 @@ PYBIND11_MODULE(_gang_torch, m) {
   m.doc() = "gang's torch.distributed ProcessGroup (see gang.torch_backend)";
   py::class_<GangProcessGroup, c10d::ProcessGroup,
              c10::intrusive_ptr<GangProcessGroup>>(m, "GangProcessGroup")
-      .def(py::init([](uintptr_t handle, bool owned, py::object keep) {
-             return c10::make_intrusive<GangProcessGroup>(handle, owned,
-                                                          std::move(keep));
+      .def(py::init([](uintptr_t handle, bool owned, py::object keep,
+                       int told_rank, int told_size) {
+             return c10::make_intrusive<GangProcessGroup>(
+                 handle, owned, std::move(keep), told_rank, told_size);
            }),
-           py::arg("handle"), py::arg("owned"), py::arg("keep") = py::none())
+           py::arg("handle"), py::arg("owned"), py::arg("keep") = py::none(),
+           py::arg("told_rank") = -1, py::arg("told_size") = -1)
       .def_property_readonly("handle", &GangProcessGroup::handle);
 }

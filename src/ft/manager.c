@@ -364,6 +364,28 @@ gang_status gang_manager_register_state(gang_manager *m, const char *name,
   return GANG_OK;
 }
 
+gang_status gang_manager_set_step(gang_manager *m, int64_t step) {
+  const char *fn = "gang_manager_set_step";
+  GANG_ARG_CHECK(m != NULL, fn, "manager is NULL");
+  GANG_ARG_CHECK(step >= 0, fn, "step %lld is negative", (long long)step);
+  pthread_mutex_lock(&m->mu);
+  bool started =
+      m->quorum_rounds > 0 || m->quorum_requested || m->quorum_running;
+  if (!started) {
+    m->step = step;
+    /* Committed under no quorum this lighthouse knows of. */
+    m->commit_qid = 0;
+    m->commit_inc = 0;
+  }
+  pthread_mutex_unlock(&m->mu);
+  if (started)
+    return gang__error(GANG_INVALID_USAGE,
+                       "%s: the step is set before the first start_quorum "
+                       "(a job restored from a checkpoint), not during a job",
+                       fn);
+  return GANG_OK;
+}
+
 /* ---- Readers ----------------------------------------------------------------
  */
 

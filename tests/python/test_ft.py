@@ -45,7 +45,7 @@ def fresh(lh, what):
 
 
 def test_dummy_gang():
-    g = ft.ProcessGroupDummy(1, 3)
+    g = ft.DummyGang(1, 3)
     assert isinstance(g, gang.Gang) and (g.rank, g.size) == (1, 3)
     a = np.arange(4, dtype=np.float32)
     g.all_reduce(a, gang.ReduceOperation.SUM)
@@ -56,14 +56,14 @@ def test_dummy_gang():
     g.barrier()
     with pytest.raises(gang.NotSupportedError):
         g.send(a, 0)
-    assert (ft.ProcessGroupDummy().rank, ft.ProcessGroupDummy().size) == (0, 1)
+    assert (ft.DummyGang().rank, ft.DummyGang().size) == (0, 1)
     with pytest.raises(gang.InvalidArgumentError):
-        ft.ProcessGroupDummy(3, 3)
+        ft.DummyGang(3, 3)
 
 
 def test_error_swallowing_wrapper(lighthouse):
     inner = gang.FakeGang(size=2)
-    w = ft.ErrorSwallowingProcessGroupWrapper(inner)
+    w = ft.ErrorSwallowingGang(inner)
     assert inner.closed and (w.rank, w.size) == (0, 2)
     assert w.error() is None
     a = np.ones(3, np.float32)
@@ -82,7 +82,7 @@ def test_error_swallowing_wrapper(lighthouse):
     w.close()
 
     # An inner gang that fails: an unconfigured reconfigurable gang.
-    w = ft.ErrorSwallowingProcessGroupWrapper(ft.ReconfigurableGang(timeout=5))
+    w = ft.ErrorSwallowingGang(ft.ReconfigurableGang(timeout=5))
     a = np.full(2, 7.0)
     w.all_reduce(a)  # no exception
     e = w.error()
@@ -95,9 +95,9 @@ def test_error_swallowing_wrapper(lighthouse):
     assert (a == 7).all()
     w.close()
     with pytest.raises(gang.InvalidUsageError, match="closed"):
-        ft.ErrorSwallowingProcessGroupWrapper(w)
+        ft.ErrorSwallowingGang(w)
     with pytest.raises(gang.InvalidArgumentError):
-        ft.ErrorSwallowingProcessGroupWrapper(np.zeros(2))
+        ft.ErrorSwallowingGang(np.zeros(2))
 
 
 def test_reconfigurable_gang(lighthouse):
@@ -119,7 +119,6 @@ def test_reconfigurable_gang(lighthouse):
     g.configure(fresh(lighthouse, "again"), 0, 1)
     g.all_reduce(a)
     g.close()
-    assert ft.ProcessGroupGloo is ft.ReconfigurableGang
 
 
 def test_reconfigurable_gang_two_ranks_in_threads(lighthouse):
@@ -250,14 +249,14 @@ def test_manager_single_replica(lighthouse):
 
     # The managed gang: size = participants, all_reduce through the manager.
     pg = m.gang
-    assert isinstance(pg, ft.ManagedProcessGroup) and ft.ManagedProcessGroup(m) is pg
+    assert isinstance(pg, ft.ManagedGang) and ft.ManagedGang(m) is pg
     m.start_quorum()
     assert (pg.rank, pg.size) == (0, 1)
     v = np.full(3, 5.0)
     pg.all_reduce(v, gang.ReduceOperation.MEAN)
     assert (v == 5).all() and m.should_commit()
     with pytest.raises(gang.InvalidUsageError, match="borrows"):
-        ft.ErrorSwallowingProcessGroupWrapper(pg)  # the manager's handle
+        ft.ErrorSwallowingGang(pg)  # the manager's handle
     assert set(m.last_timings()) == {"quorum_ms", "configure_ms", "heal_ms", "heal_bytes", "error_ns"}
     assert "step 4" in repr(m)
 
