@@ -6,6 +6,7 @@ torch's names, arguments and errors. The mesh is laid out as torch lays it
 out: row-major, the group of dimension d varies coordinate d.
 """
 
+import sys
 import threading
 
 from . import _gang
@@ -231,6 +232,12 @@ def init_device_mesh(device_type, mesh_shape, *, mesh_dim_names=None):
             f"Device type with index is not supported but got {device_type}. ",
             "If you maintained a 'torch.device' object, it's recommended to pass in 'device.type'.",
         )
+    if device_type == "cuda":
+        torch = sys.modules.get("torch")
+        if torch is None or not torch.cuda.is_available():
+            raise RuntimeError(
+                "init_device_mesh('cuda', ...): no CUDA device here"
+                + ("" if torch is not None else " (torch is not loaded)") + "; use 'cpu'")
     world = get_world_gang()
     handle = _gang.mesh_create(world, tuple(mesh_shape), tuple(mesh_dim_names) if mesh_dim_names else None, None)
     return DeviceMesh(device_type, None, _gang_over=world, _handle=handle)

@@ -328,6 +328,19 @@ static int from_tensor(PyObject *t, int mode, const char *arg, gpy_buf *b) {
   }
   Py_DECREF(type);
 cpu:;
+  /* A sparse tensor has no dense memory to move (and torch's
+   * is_contiguous raises on one). */
+  PyObject *sp = PyObject_GetAttrString(t, "is_sparse");
+  int sparse = sp != NULL && PyObject_IsTrue(sp) == 1;
+  Py_XDECREF(sp);
+  PyErr_Clear();
+  if (sparse) {
+    gpy_raise_fmt(GANG_INVALID_ARGUMENT,
+                  "`%s` is a sparse tensor; gang moves dense memory (call "
+                  ".to_dense() first)",
+                  arg);
+    return -1;
+  }
   PyObject *r = PyObject_CallMethodNoArgs(t, s_is_contiguous);
   if (r == NULL)
     return -1;

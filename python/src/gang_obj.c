@@ -73,8 +73,8 @@ static int as_int(PyObject *o, int dflt, const char *what, int *out) {
 
 static int as_async(PyObject *o) { return o != NULL && PyObject_IsTrue(o); }
 
-/* The reduce operation: a ReduceOperation (an IntEnum), an int 1..5, or
- * its name ("sum", "MEAN"). */
+/* The reduce operation: a ReduceOperation (an IntEnum), an int 1..5, its
+ * name ("sum", "MEAN"), or torch.distributed's ReduceOp (AVG = MEAN). */
 static int as_op(PyObject *o, gang_reduce_op *op) {
   if (o == NULL || o == Py_None) {
     *op = GANG_SUM;
@@ -90,6 +90,20 @@ static int as_op(PyObject *o, gang_reduce_op *op) {
     for (int i = 1; s && i <= 5; i++)
       if (strcasecmp(s, nm[i]) == 0)
         v = i;
+  } else if (strncmp(Py_TYPE(o)->tp_name, "torch.", 6) == 0) {
+    /* torch.distributed.ReduceOp (its .op) or ReduceOp.RedOpType: SUM 0,
+     * AVG 1, PRODUCT 2, MIN 3, MAX 4 -- gang's order, from 0. */
+    PyObject *e = PyObject_HasAttrString(o, "op")
+                      ? PyObject_GetAttrString(o, "op")
+                      : Py_NewRef(o);
+    PyObject *val = e != NULL ? PyObject_GetAttrString(e, "value") : NULL;
+    if (val != NULL && PyLong_Check(val)) {
+      long t = PyLong_AsLong(val);
+      v = t >= 0 && t <= 4 ? t + 1 : -1;
+    }
+    Py_XDECREF(val);
+    Py_XDECREF(e);
+    PyErr_Clear();
   } else {
     PyObject *val = PyObject_GetAttrString(o, "value");
     if (val != NULL && PyLong_Check(val))
@@ -332,7 +346,9 @@ static PyObject *m_broadcast(PyObject *self, PyObject *const *args,
   if (g == NULL || check_source(g, src, "source_rank") < 0)
     return NULL;
   gpy_buf b;
-  if (gpy_buf_get(a[0], GPY_BUF_WRITE, "tensor", &b) < 0)
+  /* The source only reads its buffer: a read-only one will do there. */
+  if (gpy_buf_get(a[0], gang_rank(g) == src ? 0 : GPY_BUF_WRITE, "tensor", &b) <
+      0)
     return NULL;
   gang_status st;
   gang_work *w = NULL;

@@ -146,3 +146,71 @@ def test_build_tree_imports_only_gang():
     assert names == {"gang"}, names
     for name in ("torch", "numpy"):
         assert importlib.machinery.PathFinder.find_spec(name, [PYDIR]) is None, name
+
+
+def test_fairseq_distributed_init_tcp():
+    """fairseq's spawn path: two processes handed tcp://localhost:PORT and
+    their own distributed_rank meet as ranks 0 and 1 of 2, rank 0 hosting
+    the store; without a rank the call says what is missing."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import PYTHON, env
+
+    cfg = type("cfg", (), {})()
+    cfg.distributed_init_method, cfg.distributed_world_size, cfg.distributed_rank = None, 2, 0
+    gang.distributed_utils.infer_init_method(cfg)
+    assert cfg.distributed_init_method.startswith("tcp://localhost:")
+    code = (
+        "import sys, numpy as np, gang\n"
+        "from gang import distributed_utils as du\n"
+        "cfg = type('cfg', (), {})()\n"
+        "cfg.distributed_init_method, cfg.distributed_rank, cfg.distributed_world_size = sys.argv[1], int(sys.argv[2]), 2\n"
+        "r = du.distributed_init(cfg)\n"
+        "a = np.full(3, float(r + 1)); du.all_reduce(a)\n"
+        "print('rank', r, 'of', du.get_world_size(), 'sum', a[0])\n")
+    ps = [subprocess.Popen([PYTHON, "-c", code, cfg.distributed_init_method, str(r)], env=env(),
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for r in range(2)]
+    outs = [p.communicate(timeout=120)[0].decode() for p in ps]
+    for r, (p, out) in enumerate(zip(ps, outs)):
+        assert p.returncode == 0 and f"rank {r} of 2 sum 3.0" in out, out
+    bad = type("cfg", (), {})()
+    bad.distributed_init_method, bad.distributed_rank, bad.distributed_world_size = "tcp://localhost:1", None, 2
+    with pytest.raises(gang.InvalidArgumentError, match="distributed_rank"):
+        gang.distributed_utils.distributed_init(bad)
+    bad.distributed_init_method = "file:///tmp/x"
+    with pytest.raises(gang.NotSupportedError, match="env://"):
+        gang.distributed_utils.distributed_init(bad)
+
+
+def test_torch_reduce_op_accepted():
+    torch = pytest.importorskip("torch")
+    import torch.distributed as dist
+
+    g = gang.FakeGang(size=1)
+    t = torch.ones(3)
+    g.all_reduce(t, dist.ReduceOp.SUM)
+    g.all_reduce(t, dist.ReduceOp.AVG)
+    g.all_reduce(t, dist.ReduceOp.RedOpType.MAX)
+    assert torch.equal(t, torch.ones(3))
+    with pytest.raises(gang.InvalidArgumentError, match="op"):
+        g.all_reduce(t, dist.ReduceOp.BAND)
+
+
+def test_broadcast_source_may_be_read_only_and_sparse_is_refused():
+    g = gang.FakeGang(size=1)
+    src = np.arange(4, dtype=np.float32)
+    src.setflags(write=False)
+    g.broadcast(src, 0)  # the source only reads
+    torch = pytest.importorskip("torch")
+    with pytest.raises(gang.InvalidArgumentError, match="sparse"):
+        g.all_reduce(torch.eye(3).to_sparse())
+
+
+def test_init_device_mesh_cuda_without_cuda():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(RuntimeError, match="no CUDA device"):
+        gang.init_device_mesh("cuda", (1,))

@@ -123,8 +123,14 @@ assert gang.all_gather_list({"r": r}) == ref
 assert gang.broadcast_object({"from": r}, n - 1) == {"from": n - 1}
 d = gang.all_reduce_dict({"loss": float(r), "v": np.arange(3.0) * r, "t": torch.ones(2) * r})
 tot = n * (n - 1) / 2
+assert isinstance(d["loss"], torch.Tensor) and d["loss"].dtype == torch.float64 and d["loss"].item() == tot, d
 assert d["loss"] == tot and np.allclose(d["v"], np.arange(3.0) * tot) and torch.allclose(d["t"], torch.full((2,), tot, dtype=torch.float64)), d
 du = gang.distributed_utils
+cfg = type("cfg", (), {})()
+cfg.distributed_init_method, cfg.distributed_rank, cfg.distributed_world_size = None, 0, 1
+du.infer_init_method(cfg)  # gangrun's environment
+assert (cfg.distributed_init_method, cfg.distributed_rank, cfg.distributed_world_size) == ("env://", r, n), vars(cfg)
+assert du.distributed_init(cfg) == r  # the world exists already: kept, with a warning
 assert (du.get_rank(), du.get_world_size(), du.get_global_rank()) == (r, n, r)
 assert du.get_default_group() is root and du.is_master(type("cfg", (), {"distributed_rank": r})) == (r == 0)
 t = torch.full((2,), float(r))
