@@ -53,8 +53,11 @@ static gang_status self_connect(gang_lighthouse *L) {
 static void tick_failed(gang_lighthouse *L, const char *what) {
   int64_t now = gang__lh_now_ms();
   if (now - L->last_warn_ms >= 10000) {
-    GANG_WARN(FT, "lighthouse: %s: %s (retrying every tick)", what,
-              gang_last_error());
+    GANG_WARN(FT,
+              "lighthouse: %s failed: %s -- not fatal: it drops that "
+              "connection to its own store, opens a new one and retries "
+              "every tick (this warning at most every 10 s)",
+              what, gang_last_error());
     L->last_warn_ms = now;
   }
   gang_store_close(L->st);
@@ -111,7 +114,7 @@ static void *lh_main(void *arg) {
     if (L->st == NULL && self_connect(L) != GANG_OK)
       tick_failed(L, "reconnecting to its own store");
     if (L->st != NULL && gang__lh_tick(L) != GANG_OK)
-      tick_failed(L, "tick");
+      tick_failed(L, "a quorum tick");
     gang__lh_publish_status(L);
     wait_next(L, t0 + L->tick_ms);
   }

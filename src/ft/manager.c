@@ -48,6 +48,31 @@ void gang__mgr_record(gang_manager *m, gang_status st, const char *detail) {
   pthread_mutex_unlock(&m->mu);
 }
 
+void gang__mgr_record_replica(gang_manager *m, gang_status st,
+                              const char *detail) {
+  if (st == GANG_OK)
+    return;
+  /* Errors of the replica gang name its ranks; say which replica group
+   * each rank is (rank r of the replica gang = member r of the quorum). */
+  char map[700];
+  size_t used = 0;
+  pthread_mutex_lock(&m->mu);
+  int n = m->q.n;
+  used += (size_t)snprintf(map, sizeof map,
+                           " [the replica gang of quorum %" PRId64 ":",
+                           m->q.quorum_id);
+  for (int i = 0; i < n && i < 8 && used < sizeof map; i++)
+    used += (size_t)snprintf(map + used, sizeof map - used,
+                             "%s rank %d = replica group '%.60s'", i ? "," : "",
+                             i, m->q.members[i].replica_id);
+  pthread_mutex_unlock(&m->mu);
+  if (used < sizeof map)
+    snprintf(map + used, sizeof map - used, "%s]", n > 8 ? ", ..." : "");
+  char full[1024 + sizeof map];
+  snprintf(full, sizeof full, "%s%s", detail, n > 0 ? map : "");
+  gang__mgr_record(m, st, full);
+}
+
 gang_status gang__mgr_fatal(gang_manager *m, const char *what) {
   char why[600];
   snprintf(why, sizeof why, "%s", gang_last_error());

@@ -9,7 +9,8 @@
  *                   through the manager)
  *
  * manager.c starts the worker of manager_step.c and the gang of managed.c;
- * those call back only gang__mgr_record. */
+ * those call back only gang__mgr_record (and its
+ * replica-gang form). */
 #ifndef GANG_FT_MANAGER_IMPL_H
 #define GANG_FT_MANAGER_IMPL_H
 
@@ -94,6 +95,10 @@ struct gang_manager {
 
 /* Records an error of this step (the first wins). Any thread. */
 void gang__mgr_record(gang_manager *m, gang_status st, const char *detail);
+/* The same for an error of the replica gang: the detail then says which
+ * replica group each of its ranks is. */
+void gang__mgr_record_replica(gang_manager *m, gang_status st,
+                              const char *detail);
 
 /* The group's gang failed under `what`: the manager becomes unusable
  * (m->fatal), stops heartbeating so the lighthouse drops the group, and

@@ -476,7 +476,7 @@ static gang_status run_quorum(gang_manager *m, bool allow_heal,
   pthread_mutex_unlock(&m->mu);
   /* Recorded, not returned: wait_quorum returns only what every rank of
    * the group sees alike (the lighthouse's answer, shared above). */
-  gang__mgr_record(m, st, gang_last_error());
+  gang__mgr_record_replica(m, st, gang_last_error());
   return GANG_OK;
 }
 
@@ -624,7 +624,7 @@ gang_status gang_manager_all_reduce(gang_manager *m, void *buf, size_t count,
     gang_work_free(w);
   }
   if (st != GANG_OK) {
-    gang__mgr_record(m, st, gang_last_error());
+    gang__mgr_record_replica(m, st, gang_last_error());
     if (st == GANG_PEER_LOST)
       report_lost(m);
     return GANG_OK;

@@ -98,10 +98,13 @@ static gang_status wait_error(gang__shm_chan *c, gang_status st, int member,
   char call[160], who[64];
   name_call(c, call, sizeof call);
   name_member(c, member, who, sizeof who);
+  uint64_t at = last_step(c->ctl[member]);
   return gang__error(st,
-                     "%s: %s, still waiting for: %s to reach step %" PRIu64
-                     " (it is at %" PRIu64 ")",
-                     call, why, who, seq, last_step(c->ctl[member]));
+                     "%s: %s, still waiting for: %s, which has not come to "
+                     "this call (this channel's call %" PRIu64
+                     "; it has done %" PRIu64 ", %" PRIu64 " behind -- calls "
+                     "of the gang, not training steps)",
+                     call, why, who, seq, at, seq > at ? seq - at : 0);
 }
 
 static void describe_sig(const gang__shm_chan *c, uint64_t sig, char *buf,
