@@ -710,6 +710,13 @@ def main():
               f"{statistics.median(xs):.0f} ms, p90 {pct(xs, 90):.0f} ms, "
               f"max {max(xs):.0f} ms (bound "
               f"{(hb_s + args.detect_slack_s) * 1000:.0f} ms)")
+        by = {}
+        for f in timed:
+            if f.get("next_commit_ms") is not None:
+                by.setdefault(f["kind"], []).append(f["next_commit_ms"])
+        for k, v in sorted(by.items()):
+            print(f"  {k:15s} n {len(v):3d}  median {statistics.median(v):5.0f} ms"
+                  f"  p90 {pct(v, 90):5.0f} ms  max {max(v):5.0f} ms")
     for p in problems[:20]:
         print(f"train_ft.py: {p}")
     if args.json:

@@ -26,7 +26,8 @@
  * managers' default 100 ms; never more than half the timeout). */
 #define GANG__LH_SUSPECT_MS 300
 #define GANG__LH_KEY_ROUND "lh/round"
-#define GANG__LH_KEY_HB "lh/hb/%s"
+#define GANG__LH_KEY_HB_PREFIX "lh/hb/"
+#define GANG__LH_KEY_HB GANG__LH_KEY_HB_PREFIX "%s"
 /* Added to a heartbeat counter by a replica that leaves: a negative
  * counter is a replica gone at once (no heartbeat timeout to wait). */
 #define GANG__LH_LEFT (INT64_MIN / 2)

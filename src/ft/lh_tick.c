@@ -156,8 +156,10 @@ static gang_status read_beats(gang_lighthouse *L, int64_t now) {
   return GANG_OK;
 }
 
-/* Takes the reports of lost replicas (lh/suspects) that name members of
- * the last quorum still counted alive: each is watched, and dead if its
+/* Takes the reports of lost replicas (lh/suspects: from peers whose
+ * sockets to it broke, and from the store server when a connection that
+ * beat for it closed) that name replicas still counted alive: each is
+ * watched, and dead if its
  * counter does not move for GANG__LH_SUSPECT_MS (read_beats). The log is
  * emptied with a compare-and-set, so a report appended meanwhile stays
  * for the next tick. */
@@ -181,8 +183,9 @@ static gang_status read_suspects(gang_lighthouse *L, int64_t now) {
       memcpy(id, p + off, len);
       id[len] = '\0';
       int i = find(L, id);
-      if (i >= 0 && in_prev(L, id) && healthy(L, i, now) &&
-          L->ext[i].suspect_ms == 0) {
+      /* Any replica counted alive: a member of the last quorum, or one
+       * that joined the next (killed right after its restart). */
+      if (i >= 0 && healthy(L, i, now) && L->ext[i].suspect_ms == 0) {
         L->ext[i].suspect_ms = now;
         L->ext[i].suspect_beats = L->ext[i].beats;
         GANG_INFO(FT, "lighthouse: replica '%s' reported lost by a peer", id);

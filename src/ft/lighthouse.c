@@ -30,6 +30,7 @@
 #include "core/sock.h"
 #include "gang/store.h"
 #include "lh_impl.h"
+#include "store/server.h"
 #include "store/auth.h"
 
 /* The store's value cap. Records are a few hundred bytes and replica
@@ -246,6 +247,11 @@ gang_status gang_lighthouse_start(const gang_lighthouse_options *opts,
   so.secret = secret;
   so.max_value_bytes = MAX_VALUE;
   GANG_CHECK_GOTO(gang_store_server_start(&so, &L->srv), st, fail);
+  /* A replica's connections that beat and then drop (its process died) are
+   * logged as suspects at once, in any phase of its step (lh_tick.c). */
+  GANG_CHECK_GOTO(gang__store_server_watch(L->srv, GANG__LH_KEY_HB_PREFIX,
+                                           GANG__LH_KEY_SUSPECTS),
+                  st, fail);
   self_addr(host, gang_store_server_port(L->srv), L->self, sizeof L->self);
   GANG_CHECK_GOTO(self_connect(L), st, fail);
   GANG_CHECK_GOTO(init_store(L), st, fail);

@@ -333,6 +333,7 @@ static void server_free(gang_store_server *s) {
     memset(s->secret, 0, strlen(s->secret));
     free(s->secret);
   }
+  free(atomic_load_explicit(&s->watch, memory_order_relaxed));
   free(s);
 }
 
@@ -475,6 +476,29 @@ void gang__store_server_wait_idle(gang_store_server *srv, int64_t quiet_ms,
     struct timespec ts = {0, 5 * 1000 * 1000};
     nanosleep(&ts, NULL);
   }
+}
+
+gang_status gang__store_server_watch(gang_store_server *srv, const char *prefix,
+                                     const char *log_key) {
+  const char *fn = "gang__store_server_watch";
+  GANG_ARG_CHECK(srv != NULL && prefix != NULL && log_key != NULL, fn,
+                 "a NULL argument");
+  GANG_ARG_CHECK(*prefix != '\0' && strlen(prefix) < 64 && *log_key != '\0' &&
+                     strlen(log_key) < 128,
+                 fn, "prefix '%s' (1..63 bytes) or log key '%s' (1..127)",
+                 prefix, log_key);
+  store_watch *w = calloc(1, sizeof *w);
+  if (w == NULL)
+    return gang__error(GANG_NO_MEMORY, "%s: out of memory", fn);
+  snprintf(w->prefix, sizeof w->prefix, "%s", prefix);
+  snprintf(w->log_key, sizeof w->log_key, "%s", log_key);
+  store_watch *none = NULL;
+  if (!atomic_compare_exchange_strong(&srv->watch, &none, w)) {
+    free(w);
+    return gang__error(GANG_INVALID_USAGE, "%s: the server watches already",
+                       fn);
+  }
+  return GANG_OK;
 }
 
 int gang__store_server_clients(gang_store_server *srv) {

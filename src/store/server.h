@@ -16,6 +16,17 @@
 void gang__store_server_wait_idle(gang_store_server *srv, int64_t quiet_ms,
                                   int64_t limit_ms);
 
+/* Departures: once set, a connection that ADDs a positive number to a
+ * key starting with `prefix` is remembered by the rest of that key (the last
+ * one it added to), and when that connection closes -- its process died, or it
+ * left
+ * -- the rest and a newline are APPENDed to `log_key`, waking whoever
+ * waits on it. The lighthouse watches its heartbeat counters so: a replica
+ * killed in any phase is suspected the moment its connections drop. Set
+ * once, before clients come; strings copied. Any thread. */
+gang_status gang__store_server_watch(gang_store_server *srv, const char *prefix,
+                                     const char *log_key);
+
 /* How many client connections srv has open now (handshakes included).
  * Any thread. */
 int gang__store_server_clients(gang_store_server *srv);

@@ -147,9 +147,40 @@ static void recharge(gang_store_server *s, conn *c) {
   c->charged = now;
 }
 
+/* A watched connection's departure: its key's rest, appended to the log
+ * key through the kv (which wakes the log's waiters). */
+static void log_departure(gang_store_server *s, conn *c) {
+  store_watch *wt = atomic_load_explicit(&s->watch, memory_order_acquire);
+  if (wt == NULL || c->watched[0] == '\0')
+    return;
+  char line[sizeof c->watched + 1];
+  size_t n = strlen(c->watched);
+  memcpy(line, c->watched, n);
+  line[n++] = '\n';
+  gang__store_req req;
+  memset(&req, 0, sizeof req);
+  req.op = GANG_STORE_OP_APPEND;
+  req.nkeys = 1;
+  req.key1_.p = (const uint8_t *)wt->log_key;
+  req.key1_.len = (uint32_t)strlen(wt->log_key);
+  req.val2_[0].p = (const uint8_t *)line;
+  req.val2_[0].len = (uint32_t)n;
+  req.keys = &req.key1_;
+  req.vals = req.val2_;
+  gang__store_buf out = {0};
+  gang__kv_park park;
+  memset(&park, 0, sizeof park);
+  if (gang__kv_exec(s->kv, &req, true, &park, &out) != GANG_KV_DONE)
+    GANG_WARN(STORE, "store server: could not log the departure of %s",
+              c->peer);
+  gang__store_buf_free(&out);
+  c->watched[0] = '\0';
+}
+
 void store_conn_close(gang_store_server *s, conn *c) {
   if (c->dead)
     return;
+  log_departure(s, c);
   c->dead = true;
   hs_remove(s, c);
   park_remove(s, c);
@@ -358,6 +389,16 @@ static int run_request(gang_store_server *s, conn *c) {
     c->expired = req.timeout_ms == 0;
     c->deadline = req.timeout_ms < 0 ? GANG_DEADLINE_NONE
                                      : gang__deadline_in_ms(req.timeout_ms);
+  }
+  store_watch *wt = atomic_load_explicit(&s->watch, memory_order_acquire);
+  if (wt != NULL && op == GANG_STORE_OP_ADD && req.num > 0 && req.nkeys == 1) {
+    size_t pl = strlen(wt->prefix);
+    const gang__store_bytes *k = &req.keys[0];
+    if (k->len > pl && k->len - pl < sizeof c->watched &&
+        memcmp(k->p, wt->prefix, pl) == 0) {
+      memcpy(c->watched, k->p + pl, k->len - pl);
+      c->watched[k->len - pl] = '\0';
+    }
   }
   c->park.owner = c;
   size_t before = c->out.len;

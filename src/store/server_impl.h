@@ -41,7 +41,16 @@ struct conn {
   size_t discard_total;
   gang__kv_park park;
   char peer[64];
+  /* The rest of the watched key this connection last added to
+   * (gang__store_server_watch), empty when none. */
+  char watched[192];
 };
+
+/* gang__store_server_watch's prefix and log key. */
+typedef struct store_watch {
+  char prefix[64];
+  char log_key[128];
+} store_watch;
 
 struct gang_store_server {
   pthread_t thread;
@@ -66,7 +75,8 @@ struct gang_store_server {
    * now, and when the last request was taken up. */
   atomic_int nparked;
   _Atomic int64_t last_request;
-  atomic_int nclients; /* nconns, for gang__store_server_clients */
+  atomic_int nclients;          /* nconns, for gang__store_server_clients */
+  _Atomic(store_watch *) watch; /* set once; freed with the server */
   /* gang__store_server_retire: the owner gave the server up; it stops by
    * itself (and frees itself) once it has no client, or at retire_by. */
   atomic_bool retire;

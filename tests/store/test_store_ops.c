@@ -459,6 +459,45 @@ static void test_server_wait_idle(void **state) {
   gang_store_server_stop(srv);
 }
 
+/* gang__store_server_watch: a connection that added to a watched key is
+ * logged when it closes (and wakes a waiter on the log); one that only
+ * read the counter (+0) or never touched it is not. */
+static void test_server_watch_departures(void **state) {
+  (void)state;
+  gang_store_server *srv = start_server();
+  assert_gang_ok(gang__store_server_watch(srv, "hb/", "departed"));
+  assert_int_equal(gang__store_server_watch(srv, "x/", "y"),
+                   GANG_INVALID_USAGE);
+  assert_int_equal(gang__store_server_watch(srv, "", "y"),
+                   GANG_INVALID_ARGUMENT);
+  gang_store *watcher = connect_to(srv, NULL, 5000);
+  gang_store *a = connect_to(srv, NULL, 5000);
+  gang_store *b = connect_to(srv, NULL, 5000);
+  gang_store *reader = connect_to(srv, NULL, 5000);
+  int64_t n = 0;
+  assert_gang_ok(gang_store_add(a, "hb/first", 1, &n));
+  assert_gang_ok(gang_store_add(a, "hb/alpha", 1, &n)); /* the last one */
+  assert_gang_ok(gang_store_add(b, "other/beta", 1, &n));
+  assert_gang_ok(gang_store_add(reader, "hb/alpha", 0, &n));
+  gang_store_close(b);
+  gang_store_close(reader);
+  /* Their closes are taken up within a few ms; none of them is logged. */
+  struct timespec pause = {0, 200 * 1000 * 1000};
+  nanosleep(&pause, NULL);
+  bool logged = true;
+  assert_gang_ok(
+      gang_store_check(watcher, (const char *const[]){"departed"}, 1, &logged));
+  assert_false(logged);
+  int64_t t0 = gang__now_ns();
+  gang_store_close(a);
+  assert_gang_ok(
+      gang_store_wait(watcher, (const char *const[]){"departed"}, 1, 3000));
+  assert_true(elapsed_ms(t0) < 1000);
+  expect_val(watcher, "departed", "alpha\n");
+  gang_store_close(watcher);
+  gang_store_server_stop(srv);
+}
+
 static void test_unreachable(void **state) {
   (void)state;
   /* A port nobody listens on: bind one, note it, close it. */
@@ -519,6 +558,7 @@ int main(void) {
       GT_TEST(test_server_stop_mid_wait),
       GT_TEST(test_stopped_server_bounds_every_call),
       GT_TEST(test_server_wait_idle),
+      GT_TEST(test_server_watch_departures),
       GT_TEST(test_unreachable),
       GT_TEST(test_ipv6_and_port_in_use),
   };
