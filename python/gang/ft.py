@@ -16,7 +16,8 @@ process), ``ErrorSwallowingGang``, ``DummyGang`` and ``ManagedGang``.
 torchft's names for them (``ProcessGroupGloo``, ``ProcessGroupBabyGloo``,
 ``ErrorSwallowingProcessGroupWrapper``, ``ProcessGroupDummy``,
 ``ManagedProcessGroup``, with ``ProcessGroup``, ``ProcessGroupWrapper``,
-``ProcessGroupBaby``, ``DistributedDataParallel``, ``extend_device_mesh``)
+``ProcessGroupBaby``, ``DistributedDataParallel``, ``extend_device_mesh``,
+``create_store_client``)
 are torch.distributed ProcessGroups over those gangs, in gang.ft_torch,
 loaded from here when torch is first asked for. docs/python.md maps every
 name to its C call, and docs/fault-tolerance.md tells how the pieces work.
@@ -62,6 +63,8 @@ _TORCH_NAMES = {
     "ManagedProcessGroup": "ManagedGang",
     "DistributedDataParallel": "Manager.allreduce",
     "extend_device_mesh": "DeviceMesh",
+    "create_store_client": "LighthouseServer's store, through gang._gang._store_connect",
+    "StoreClient": "gang._gang._store_connect",
 }
 
 

@@ -29,7 +29,7 @@ from torch._C._distributed_c10d import (
     _create_work_from_future,
 )
 
-from . import _gang_torch
+from . import _gang, _gang_torch
 from ._gang import InvalidArgumentError, InvalidUsageError, NotSupportedError
 from .device_mesh import DeviceMesh
 from .ft import (
@@ -53,6 +53,8 @@ __all__ = [
     "ManagedProcessGroup",
     "DistributedDataParallel",
     "extend_device_mesh",
+    "create_store_client",
+    "StoreClient",
 ]
 
 
@@ -624,3 +626,54 @@ def extend_device_mesh(mesh, pg, name="dp", dim=0):
     if mesh.mesh_dim_names is not None and name in mesh.mesh_dim_names:
         raise InvalidArgumentError(f"extend_device_mesh: the mesh has a dimension '{name}' already")
     return _ExtendedMesh(mesh, pg, name, dim)
+
+
+# ---- the store ------------------------------------------------------------------------------
+
+
+class StoreClient(dist.Store):
+    """A torch Store over a client of a gang store (gang_store_connect):
+    torch's PrefixStore and anything else that takes a Store take it. Keys
+    are str, values bytes."""
+
+    def __init__(self, store_addr, timeout=datetime.timedelta(seconds=60)):
+        super().__init__()
+        self._st = _gang._store_connect(store_addr, _timeout(timeout) or 0.0)
+
+    def set(self, key, value):
+        self._st.set(key, value)
+
+    def get(self, key):
+        return self._st.get(key)
+
+    def add(self, key, value):
+        return self._st.add(key, int(value))
+
+    def compare_set(self, key, expected_value, desired_value):
+        return self._st.compare_set(key, expected_value, desired_value)
+
+    def check(self, keys):
+        return self._st.check(list(keys))
+
+    def wait(self, keys, timeout=None):
+        self._st.wait(list(keys), -1.0 if timeout is None else _timeout(timeout))
+
+    def delete_key(self, key):
+        return self._st.delete_key(key)
+
+    def num_keys(self):
+        return self._st.num_keys()
+
+    def set_timeout(self, timeout):
+        self._st.set_timeout(_timeout(timeout))
+
+    def close(self):
+        self._st.close()
+
+
+def create_store_client(store_addr, timeout=datetime.timedelta(seconds=60)):
+    """A client of the gang store at ``store_addr`` ('host:port/prefix':
+    the prefix a view, as torchft's PrefixStore(TCPStore(...))), as a torch
+    Store (torchft's create_store_client). It speaks gang's store protocol:
+    the lighthouse's store, gangrun's, a gang-store."""
+    return StoreClient(store_addr, timeout)

@@ -111,6 +111,13 @@ int gpy_topo_init(PyObject *m);
 
 int gpy_ft_init(PyObject *m);
 
+/* ---- store clients (store.c) ------------------------------------------------
+ */
+
+extern PyTypeObject gpy_store_type;
+/* _store_connect(addr, timeout_s=0) -> Store */
+PyObject *gpy_store_connect(PyObject *mod, PyObject *args);
+
 /* Parses a device (a str such as "cpu" / "cuda:1", or any object with
  * .type and .index such as torch.device) into *d. -1 with an exception. */
 int gpy_device_parse(PyObject *obj, gang_device *d);

@@ -187,6 +187,8 @@ static PyMethodDef module_methods[] = {
      "when no gang records."},
     {"last_error", py_last_error, METH_NOARGS,
      "last_error() -> str: gang_last_error() of this thread."},
+    {"_store_connect", gpy_store_connect, METH_VARARGS,
+     "_store_connect(addr, timeout_s=0) -> Store: gang_store_connect."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -233,9 +235,10 @@ PyMODINIT_FUNC PyInit__gang(void) {
   if (m == NULL)
     return NULL;
   if (add_errors(m) < 0 || PyType_Ready(&gpy_gang_type) < 0 ||
-      PyType_Ready(&gpy_work_type) < 0 ||
+      PyType_Ready(&gpy_work_type) < 0 || PyType_Ready(&gpy_store_type) < 0 ||
       PyModule_AddObjectRef(m, "_Gang", (PyObject *)&gpy_gang_type) < 0 ||
       PyModule_AddObjectRef(m, "Work", (PyObject *)&gpy_work_type) < 0 ||
+      PyModule_AddObjectRef(m, "Store", (PyObject *)&gpy_store_type) < 0 ||
       gpy_topo_init(m) < 0 || gpy_ft_init(m) < 0 ||
       PyModule_AddStringConstant(m, "__version__", gang_version_string()) < 0) {
     Py_DECREF(m);

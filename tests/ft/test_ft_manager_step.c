@@ -51,7 +51,7 @@ static bool step(gang_manager *m, bool allow_heal, float value, float *out,
   for (int i = 0; i < N; i++)
     buf[i] = value;
   RCHECK_OK(gang_manager_start_quorum(m, allow_heal, false));
-  (void)gang_manager_wait_quorum(m);
+  RCHECK_OK(gang_manager_wait_quorum(m));
   RCHECK_OK(gang_manager_all_reduce(m, buf, N, GANG_FLOAT32, GANG_MEAN));
   for (int i = 1; i < N; i++)
     RCHECK(buf[i] == buf[0]);
@@ -204,7 +204,7 @@ static int behind_rank(int rank, int size, void *arg) {
       for (int k = 0; k < N; k++)
         buf[k] = 5.0f;
       RCHECK_OK(gang_manager_start_quorum(m, false, false));
-      (void)gang_manager_wait_quorum(m);
+      RCHECK_OK(gang_manager_wait_quorum(m));
       int part = gang_manager_participants(m);
       /* Through the managed gang: the same all_reduce as the manager's. */
       RCHECK_OK(gang_all_reduce(managed, buf, N, GANG_FLOAT32, GANG_MEAN));

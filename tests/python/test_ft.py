@@ -181,7 +181,8 @@ def test_lighthouse_server():
 def step(m, grad, op=None):
     m.start_quorum()
     work = m.allreduce(grad) if op is None else m.allreduce(grad, reduce_op=op)
-    assert work.is_completed()
+    # wait() says whether the step is still free of errors
+    assert work.wait() == (m.errored() is None) and (work.exception() is None) == (m.errored() is None)
     return m.should_commit()
 
 

@@ -8,6 +8,7 @@ weights, whose parameters must end equal to one model trained alone on
 the same batches (the oracle); the backend registered by `import gang`;
 the manager's state_dict; extend_device_mesh."""
 
+import datetime
 import os
 import subprocess
 import threading
@@ -329,3 +330,26 @@ def test_extend_device_mesh():
         ft.extend_device_mesh(mesh, pg, "tp")
     with pytest.raises(gang.InvalidArgumentError):
         ft.extend_device_mesh(mesh, "not a group")
+
+
+def test_create_store_client(lighthouse):
+    st = ft.create_store_client(fresh(lighthouse, "store"), timeout=5)
+    assert isinstance(st, dist.Store)
+    st.set("k", "v")
+    assert st.get("k") == b"v"
+    assert st.add("n", 2) == 2 and st.add("n", 3) == 5
+    assert st.check(["k", "n"]) and not st.check(["k", "missing"])
+    assert st.compare_set("k", "v", "w") == b"w"
+    st.wait(["k"])
+    with pytest.raises(gang.GangTimeoutError):
+        st.wait(["never"], datetime.timedelta(milliseconds=200))
+    assert st.delete_key("k") and not st.delete_key("k")
+    pre = dist.PrefixStore("sub", st)  # torch's own wrapper takes it
+    pre.set("x", "1")
+    assert st.get("sub/x") == b"1"
+    assert st.num_keys() >= 2
+    st.close()
+    with pytest.raises(gang.InvalidUsageError, match="closed"):
+        st.get("n")
+    with pytest.raises(gang.InvalidArgumentError):
+        ft.create_store_client("no port here")
