@@ -296,11 +296,20 @@ static gang_status read_joins(gang_lighthouse *L, int64_t now) {
   char key[GANG__LH_KEY_CAP];
   for (int i = 0; i < L->nreps; i++) {
     gang__lh_replica *r = &L->reps[i];
-    if (r->joined || L->ext[i].bad_join || !healthy(L, i, now))
+    if (L->ext[i].bad_join || !healthy(L, i, now))
       continue;
     bool here = false;
     int64_t round = L->round;
-    GANG_CHECK(find_join(L, i, key, sizeof key, &here, &round));
+    if (r->joined) {
+      /* A second join (in this round) replaces the first, as torchft's
+       * lighthouse replaces the entry: its commit failures may have grown
+       * since, which decides whether the quorum id moves. */
+      snprintf(key, sizeof key, GANG__LH_KEY_JOIN, (long long)round,
+               r->member.replica_id);
+      GANG_CHECK(gang_store_check(L->st, (const char *const[]){key}, 1, &here));
+    } else {
+      GANG_CHECK(find_join(L, i, key, sizeof key, &here, &round));
+    }
     if (!here)
       continue;
     void *v = NULL;
@@ -319,9 +328,18 @@ static gang_status read_joins(gang_lighthouse *L, int64_t now) {
       L->ext[i].bad_join = true;
       continue;
     }
+    if (r->joined && L->ext[i].join_round != round) {
+      /* It replaces a join carried from the round before: that key goes
+       * now (publish deletes only this round's and the carried one's). */
+      char old[GANG__LH_KEY_CAP];
+      snprintf(old, sizeof old, GANG__LH_KEY_JOIN,
+               (long long)L->ext[i].join_round, r->member.replica_id);
+      GANG_CHECK(gang_store_delete(L->st, old, NULL));
+    }
     r->member = m;
+    if (!r->joined)
+      r->joined_ms = now; /* the join timeout counts from the first */
     r->joined = true;
-    r->joined_ms = now;
     L->ext[i].has_member = true;
     L->ext[i].join_round = round;
   }

@@ -192,6 +192,49 @@ static void test_restart_is_new_incarnation(void **state) {
   gang_lighthouse_stop(lh);
 }
 
+/* A replica that joins twice in one round: the second join replaces the
+ * first (torchft's lighthouse replaces the entry). Its commit failures
+ * grew in between, so the quorum takes a new id, which the first join
+ * alone would not give. */
+static void test_second_join_replaces_the_first(void **state) {
+  (void)state;
+  gang_lighthouse *lh = lh_start(0, 2, 20000, "");
+  replica r[2];
+  replica_start(&r[0], lh, "twice:1");
+  replica_start(&r[1], lh, "once:2");
+  round_all(r, 2, 0);
+  assert_int_equal(r[0].q.quorum_id, 1);
+  int64_t round = r[0].q.round + 1;
+  /* r[0] joins (no failures) and waits; r[1] has not joined: no quorum. */
+  join_start(&r[0], 10, 0, false, 10000);
+  char addr[64], key[GANG__LH_KEY_CAP];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", gang_lighthouse_port(lh));
+  gang_store_options so = GANG_STORE_OPTIONS_INIT;
+  so.secret = "";
+  gang_store *st;
+  assert_gang_ok(gang_store_connect(addr, &so, &st));
+  snprintf(key, sizeof key, GANG__LH_KEY_JOIN, (long long)round, "twice:1");
+  assert_gang_ok(gang_store_wait(st, (const char *const[]){key}, 1, 5000));
+  /* The lighthouse takes the first join up at its next tick. */
+  gt_nap_ms(4 * TICK);
+  /* Its second join of the round, as a client that failed meanwhile. */
+  gang__lh_member again = r[0].me;
+  again.commit_failures = 1;
+  char buf[1024];
+  size_t n = gang__lh_member_encode(&again, buf, sizeof buf);
+  assert_true(n > 0 && n < sizeof buf);
+  assert_gang_ok(gang_store_set(st, key, buf, n));
+  gang_store_close(st);
+  join_start(&r[1], 10, 0, false, 10000);
+  join_ok(&r[0]);
+  join_ok(&r[1]);
+  assert_int_equal(r[0].q.round, round);
+  assert_int_equal(r[0].q.quorum_id, 2); /* the id moved */
+  for (int i = 0; i < 2; i++)
+    replica_free(&r[i]);
+  gang_lighthouse_stop(lh);
+}
+
 static void test_old_rounds_collected(void **state) {
   (void)state;
   gang_lighthouse *lh = lh_start(0, 2, 20000, "");
@@ -227,6 +270,7 @@ int main(void) {
       GT_TEST(test_dead_replica_noticed),
       GT_TEST(test_split_brain_guard),
       GT_TEST(test_restart_is_new_incarnation),
+      GT_TEST(test_second_join_replaces_the_first),
       GT_TEST(test_old_rounds_collected),
   };
   sc_prime_threads();
