@@ -8,6 +8,7 @@ out: row-major, the group of dimension d varies coordinate d.
 
 import sys
 import threading
+import warnings
 
 from . import _gang
 from ._core import FakeGang, ProcessGroupGang, get_world_gang
@@ -235,9 +236,12 @@ def init_device_mesh(device_type, mesh_shape, *, mesh_dim_names=None):
     if device_type == "cuda":
         torch = sys.modules.get("torch")
         if torch is None or not torch.cuda.is_available():
-            raise RuntimeError(
+            # Said, not refused: torch's own examples name "cuda", and gang
+            # moves CPU memory either way.
+            warnings.warn(
                 "init_device_mesh('cuda', ...): no CUDA device here"
-                + ("" if torch is not None else " (torch is not loaded)") + "; use 'cpu'")
+                + ("" if torch is not None else " (torch is not loaded)")
+                + "; the mesh's gangs move CPU memory (pass 'cpu' to say so)", RuntimeWarning, stacklevel=2)
     world = get_world_gang()
     handle = _gang.mesh_create(world, tuple(mesh_shape), tuple(mesh_dim_names) if mesh_dim_names else None, None)
     return DeviceMesh(device_type, None, _gang_over=world, _handle=handle)
