@@ -653,8 +653,9 @@ static void test_sigstop_declared_dead_then_rejoins(void **state) {
          "%.0f ms later\n",
          (t - t_stop) * 1000);
   /* The heartbeat timeout (1 s) and a quorum: measured 1.05-1.08 s, also
-   * under the sanitizers beside other tests. */
-  assert_true(t - t_stop < 1.0 + 0.3 * SLACK);
+   * under the sanitizers beside other tests, 1.14-1.31 s beside a chaos run
+   * of eight more processes. */
+  assert_true(t - t_stop < 1.0 + 0.5 * SLACK);
   wait_committed(s->log, 0, 0, committed(s->log, 0, 0) + 5, 30);
   signal_group(&s->ps, 2, SIGCONT);
   assert_int_equal(reap_all(&s->ps, 90000), 0);
@@ -773,7 +774,7 @@ static void test_sigstop_ranks_with_skew(void **state) {
   printf("SIGSTOP of a group's ranks with skew: the others committed with 2 "
          "participants %.0f ms later\n",
          (t - t_stop) * 1000);
-  assert_true(t - t_stop < 1.0 + 0.3 * SLACK);
+  assert_true(t - t_stop < 1.0 + 0.5 * SLACK);
   gt_nap_ms((int)(3000 - (gt_now_s() - t_stop) * 1000));
   kill(r0, SIGCONT);
   kill(r1, SIGCONT);
@@ -811,12 +812,12 @@ static void test_kill_of_a_nonzero_rank(void **state) {
          "ms later\n",
          st, gone * 1000);
   assert_true(st != -1 && st != 0);
-  assert_true(gone < 1.0 + 0.3 * SLACK); /* measured 0.54-0.55 s */
+  assert_true(gone < 1.0 + 0.5 * SLACK); /* measured 0.04-0.55 s */
   for (int i = 0; i < s->ps.n; i++)
     if (s->ps.pid[i] == r0)
       s->ps.pid[i] = -1;
   double t = wait_commit_after(s->log, t_kill, 2, 2, 10);
-  assert_true(t > 0 && t - t_kill < 1.0 + 0.3 * SLACK);
+  assert_true(t > 0 && t - t_kill < 1.0 + 0.5 * SLACK);
   reap_group(&s->ps, 2);
   spawn_group(&s->ps, &c, 2, 1);
   assert_int_equal(supervise(&s->ps, &c, 3, 90, 0), 0);
