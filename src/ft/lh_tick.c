@@ -159,10 +159,9 @@ static gang_status read_beats(gang_lighthouse *L, int64_t now) {
 /* Takes the reports of lost replicas (lh/suspects: from peers whose
  * sockets to it broke, and from the store server when a connection that
  * beat for it closed) that name replicas still counted alive: each is
- * watched, and dead if its
- * counter does not move for GANG__LH_SUSPECT_MS (read_beats). The log is
- * emptied with a compare-and-set, so a report appended meanwhile stays
- * for the next tick. */
+ * watched, and dead if its counter does not move for GANG__LH_SUSPECT_MS
+ * (read_beats). The log is emptied with a compare-and-set, so a report
+ * appended meanwhile stays for the next tick. */
 static gang_status read_suspects(gang_lighthouse *L, int64_t now) {
   void *v = NULL;
   size_t n = 0;

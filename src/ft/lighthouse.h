@@ -167,10 +167,11 @@ gang_status gang__lh_heartbeat(gang__lh_client *c, const char *id);
 gang_status gang__lh_leave(gang__lh_client *c, const char *id);
 
 /* Reports replica `id` lost: a member of its quorum saw its connection end
- * without a goodbye (it crashed). If `id` is in the last quorum and its
- * heartbeat counter does not move for GANG__LH_SUSPECT_MS, the lighthouse
- * counts it dead then, instead of after its heartbeat timeout; a replica
- * that still beats is unaffected. */
+ * without a goodbye (it crashed). The lighthouse's store server reports the
+ * same on its own when a connection that beat for `id` closes. If `id` is
+ * counted alive and its heartbeat counter does not move for
+ * GANG__LH_SUSPECT_MS, the lighthouse counts it dead then, instead of after
+ * its heartbeat timeout; a replica that still beats is unaffected. */
 gang_status gang__lh_suspect(gang__lh_client *c, const char *id);
 
 /* Joins the current round as `me` (also a heartbeat) and waits up to
