@@ -216,14 +216,7 @@ static PyObject *mgr_m_close(PyObject *self, PyObject *noargs) {
 }
 
 /* Runs `call` on m with the GIL released, counted in o->busy. */
-#define MGR_NOGIL(o, call)                                                     \
-  do {                                                                         \
-    (o)->busy++;                                                               \
-    PyThreadState *nogil_ = PyEval_SaveThread();                               \
-    call;                                                                      \
-    PyEval_RestoreThread(nogil_);                                              \
-    (o)->busy--;                                                               \
-  } while (0)
+#define MGR_NOGIL(o, call) GPY_NOGIL_COUNTED((o)->busy, call)
 
 /* register_state(name, buffer): the buffer is held until close. */
 static PyObject *mgr_register_state(PyObject *self, PyObject *args) {

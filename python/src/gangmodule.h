@@ -111,6 +111,17 @@ int gpy_topo_init(PyObject *m);
 
 int gpy_ft_init(PyObject *m);
 
+/* Runs `call` with the GIL released, counted in `busy` (an int of the
+ * object, so that close() can refuse while a call runs). */
+#define GPY_NOGIL_COUNTED(busy, call)                                          \
+  do {                                                                         \
+    (busy)++;                                                                  \
+    PyThreadState *nogil_ = PyEval_SaveThread();                               \
+    call;                                                                      \
+    PyEval_RestoreThread(nogil_);                                              \
+    (busy)--;                                                                  \
+  } while (0)
+
 /* ---- store clients (store.c) ------------------------------------------------
  */
 

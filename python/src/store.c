@@ -23,14 +23,7 @@ static gang_store *handle(PyObject *self) {
   return o->st;
 }
 
-#define NOGIL(o, call)                                                         \
-  do {                                                                         \
-    (o)->busy++;                                                               \
-    PyThreadState *nogil_ = PyEval_SaveThread();                               \
-    call;                                                                      \
-    PyEval_RestoreThread(nogil_);                                              \
-    (o)->busy--;                                                               \
-  } while (0)
+#define NOGIL(o, call) GPY_NOGIL_COUNTED((o)->busy, call)
 
 /* Bytes of a value argument: bytes-like or str. */
 static int value_of(PyObject *v, Py_buffer *view, PyObject **tmp) {
