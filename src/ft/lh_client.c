@@ -115,11 +115,17 @@ uint64_t gang__lh_incarnation(const gang__lh_client *c) {
 
 const char *gang__lh_addr(const gang__lh_client *c) { return c ? c->addr : ""; }
 
-gang_status gang__lh_heartbeat(gang__lh_client *c, const char *id) {
-  GANG_ARG_CHECK(c != NULL, "gang__lh_heartbeat", "client is NULL");
-  GANG_ARG_CHECK(id != NULL && gang__lh_id_valid(id, strlen(id)),
-                 "gang__lh_heartbeat",
+/* The arguments every call naming a replica checks. */
+static gang_status check_client_id(const gang__lh_client *c, const char *id,
+                                   const char *fn) {
+  GANG_ARG_CHECK(c != NULL, fn, "client is NULL");
+  GANG_ARG_CHECK(id != NULL && gang__lh_id_valid(id, strlen(id)), fn,
                  "id is not a replica id (1..127 printable bytes, no spaces)");
+  return GANG_OK;
+}
+
+gang_status gang__lh_heartbeat(gang__lh_client *c, const char *id) {
+  GANG_CHECK(check_client_id(c, id, "gang__lh_heartbeat"));
   char key[GANG__LH_KEY_CAP];
   snprintf(key, sizeof key, GANG__LH_KEY_HB, id);
   int64_t beats = 0;
@@ -139,10 +145,7 @@ gang_status gang__lh_heartbeat(gang__lh_client *c, const char *id) {
 }
 
 gang_status gang__lh_leave(gang__lh_client *c, const char *id) {
-  GANG_ARG_CHECK(c != NULL, "gang__lh_leave", "client is NULL");
-  GANG_ARG_CHECK(id != NULL && gang__lh_id_valid(id, strlen(id)),
-                 "gang__lh_leave",
-                 "id is not a replica id (1..127 printable bytes, no spaces)");
+  GANG_CHECK(check_client_id(c, id, "gang__lh_leave"));
   char key[GANG__LH_KEY_CAP];
   snprintf(key, sizeof key, GANG__LH_KEY_HB, id);
   int64_t beats = 0;
@@ -153,10 +156,7 @@ gang_status gang__lh_leave(gang__lh_client *c, const char *id) {
 }
 
 gang_status gang__lh_suspect(gang__lh_client *c, const char *id) {
-  GANG_ARG_CHECK(c != NULL, "gang__lh_suspect", "client is NULL");
-  GANG_ARG_CHECK(id != NULL && gang__lh_id_valid(id, strlen(id)),
-                 "gang__lh_suspect",
-                 "id is not a replica id (1..127 printable bytes, no spaces)");
+  GANG_CHECK(check_client_id(c, id, "gang__lh_suspect"));
   char line[GANG_LH_ID_MAX + 1];
   int n = snprintf(line, sizeof line, "%s\n", id);
   gang_status s =
