@@ -66,12 +66,13 @@ void gang__shm_fail(gang__shm *s, gang_status st, const char *reason) {
 
 /* ---- Waiting ------------------------------------------------------------- */
 
-/* The last step a member published. */
-static uint64_t last_step(gang__shm_ctl *ctl) {
-  uint64_t last = 0;
+/* The line of the last step a member published (NULL: none yet). */
+static const gang__shm_line *last_line(const gang__shm_ctl *ctl) {
+  const gang__shm_line *last = NULL;
   for (int i = 0; i < GANG_SHM_LINES; i++) {
     uint64_t v = atomic_load(&ctl->line[i].seq);
-    last = v > last ? v : last;
+    if (v != 0 && (last == NULL || v > atomic_load(&last->seq)))
+      last = &ctl->line[i];
   }
   return last;
 }
@@ -93,18 +94,33 @@ static void name_member(const gang__shm_chan *c, int m, char *b, size_t cap) {
            c->host_part ? c->world[m] : m, (int)c->pid[m]);
 }
 
+/* Where `member` is, in the gang's collectives (the numbers the caller and
+ * the flight recorder use): not yet in this one, or in it but behind. */
+static void name_progress(const gang__shm_chan *c, int member, char *b,
+                          size_t cap) {
+  const gang__shm_line *l = last_line(c->ctl[member]);
+  uint64_t at = l ? l->opseq : 0;
+  if (l == NULL)
+    snprintf(b, cap,
+             "which has not come to this call (it has done no "
+             "collective on shared memory yet)");
+  else if (at < c->opseq)
+    snprintf(b, cap,
+             "which has not come to this call (its last was #%" PRIu64
+             ", %" PRIu64 " behind -- calls of the gang, not training steps)",
+             at, c->opseq - at);
+  else
+    snprintf(b, cap, "which is in this call but has not done its part");
+}
+
 static gang_status wait_error(gang__shm_chan *c, gang_status st, int member,
-                              uint64_t seq, const char *why) {
-  char call[160], who[64];
+                              const char *why) {
+  char call[160], who[64], where[160];
   name_call(c, call, sizeof call);
   name_member(c, member, who, sizeof who);
-  uint64_t at = last_step(c->ctl[member]);
-  return gang__error(st,
-                     "%s: %s, still waiting for: %s, which has not come to "
-                     "this call (this channel's call %" PRIu64
-                     "; it has done %" PRIu64 ", %" PRIu64 " behind -- calls "
-                     "of the gang, not training steps)",
-                     call, why, who, seq, at, seq > at ? seq - at : 0);
+  name_progress(c, member, where, sizeof where);
+  return gang__error(st, "%s: %s, still waiting for: %s, %s", call, why, who,
+                     where);
 }
 
 static void describe_sig(const gang__shm_chan *c, uint64_t sig, char *buf,
@@ -119,26 +135,26 @@ static void describe_sig(const gang__shm_chan *c, uint64_t sig, char *buf,
 gang_status gang__shm_mismatch(gang__shm_chan *c, int member, uint64_t seq) {
   char mine[128], theirs[128];
   describe_sig(c, c->sig, mine, sizeof mine);
-  describe_sig(c, c->ctl[member]->line[GANG_SHM_LINE(seq)].sig, theirs,
-               sizeof theirs);
+  const gang__shm_line *l = &c->ctl[member]->line[GANG_SHM_LINE(seq)];
+  describe_sig(c, l->sig, theirs, sizeof theirs);
   char call[160], who[64];
   name_call(c, call, sizeof call);
   name_member(c, member, who, sizeof who);
   return gang__error(GANG_MISMATCH,
                      "%s: ranks disagree on the collective: this rank calls "
-                     "%s, %s calls %s",
-                     call, mine, who, theirs);
+                     "%s, %s calls %s as its #%" PRIu64,
+                     call, mine, who, theirs, l->opseq);
 }
 
 /* The arena failed (a local rank's fabric did): fail ours the same way. */
-static gang_status arena_failure(gang__shm_chan *c, int member, uint64_t seq) {
+static gang_status arena_failure(gang__shm_chan *c, int member) {
   gang__shm *s = c->arena;
   gang_status st = gang__shm_failed(s);
   char text[600];
   snprintf(text, sizeof text, "%s", s->h->fail_text);
   if (gang__fabric_status(c->fabric, NULL, 0) == GANG_OK)
     gang__fabric_fail(c->fabric, st, text);
-  return wait_error(c, st, member, seq, text);
+  return wait_error(c, st, member, text);
 }
 
 /* ---- Where the ranks run -------------------------------------------------
@@ -300,7 +316,7 @@ gang_status gang__shm_wait_slow(gang__shm_chan *c, int member, uint64_t seq) {
     if (i % SHM_SPIN_BATCH != SHM_SPIN_BATCH - 1)
       continue;
     if (gang__shm_failed(s) != GANG_OK)
-      return arena_failure(c, member, seq);
+      return arena_failure(c, member);
     int64_t now = gang__now_ns();
     if (start == 0) {
       start = now;
@@ -342,7 +358,7 @@ gang_status gang__shm_wait_slow(gang__shm_chan *c, int member, uint64_t seq) {
       if (atomic_load_explicit(&f->seq, memory_order_acquire) >= seq)
         return GANG_OK;
       if (gang__shm_failed(s) != GANG_OK)
-        return arena_failure(c, member, seq);
+        return arena_failure(c, member);
       if (gang__now_ns() > until)
         break;
       sched_yield();
@@ -361,14 +377,14 @@ gang_status gang__shm_wait_slow(gang__shm_chan *c, int member, uint64_t seq) {
     if (atomic_load_explicit(&f->seq, memory_order_acquire) >= seq)
       return GANG_OK;
     if (gang__shm_failed(s) != GANG_OK)
-      return arena_failure(c, member, seq);
+      return arena_failure(c, member);
     int64_t now = gang__now_ns();
     if (now >= c->next_poke) {
       c->next_poke = now + 1000000;
       if (gang__fabric_poke(c->fabric) != GANG_OK) {
         char d[600];
         gang_status st = gang__fabric_status(c->fabric, d, sizeof d);
-        return wait_error(c, st, member, seq, d);
+        return wait_error(c, st, member, d);
       }
       /* A member that left (its process exited, or it destroyed its
        * gang) said goodbye: the fabric only fails transfers with it, and
@@ -378,11 +394,11 @@ gang_status gang__shm_wait_slow(gang__shm_chan *c, int member, uint64_t seq) {
                                  sizeof left)) {
         char why[480];
         snprintf(why, sizeof why, "%s, before this step", left);
-        return wait_error(c, GANG_PEER_LEFT, member, seq, why);
+        return wait_error(c, GANG_PEER_LEFT, member, why);
       }
     }
     if (c->deadline != GANG_DEADLINE_NONE && now >= c->deadline)
-      return wait_error(c, GANG_TIMEOUT, member, seq, "deadline exceeded");
+      return wait_error(c, GANG_TIMEOUT, member, "deadline exceeded");
     int64_t ns = slice;
     if (c->deadline != GANG_DEADLINE_NONE && c->deadline - now < ns)
       ns = c->deadline - now;
@@ -418,11 +434,11 @@ static gang_status copy_remote(gang__shm_chan *c, int member, void *local,
       /* A peer that failed may have freed its buffer or exited: its
        * failure, when known, says more than our errno. */
       if (gang__shm_failed(c->arena) != GANG_OK)
-        return arena_failure(c, member, c->step);
+        return arena_failure(c, member);
       if (gang__fabric_poke(c->fabric) != GANG_OK) {
         char d[600];
         gang_status st = gang__fabric_status(c->fabric, d, sizeof d);
-        return wait_error(c, st, member, c->step, d);
+        return wait_error(c, st, member, d);
       }
       char call[160], who[64];
       name_call(c, call, sizeof call);

@@ -65,12 +65,13 @@ typedef struct gang__shm gang__shm;
 /* A member's step line: one cache line. seq is the last step it published
  * on this line; sig the signature of the collective that step belongs to,
  * so members that disagree on the call fail instead of reading each
- * other's bytes wrongly. */
+ * other's bytes wrongly; opseq that collective's number in the gang, so
+ * an error names how far behind a member is in the user's calls. */
 typedef struct gang__shm_line {
   _Alignas(64) _Atomic uint64_t seq;
   uint64_t sig;
   unsigned char data[GANG_SHM_INLINE];
-  uint64_t pad;
+  uint64_t opseq;
 } gang__shm_line;
 
 _Static_assert(sizeof(gang__shm_line) == 64, "a step line is a cache line");
@@ -223,6 +224,7 @@ static inline void gang__shm_publish(gang__shm_chan *c, uint64_t seq) {
   gang__shm_ctl *me = c->ctl[c->rank];
   gang__shm_line *l = &me->line[GANG_SHM_LINE(seq)];
   l->sig = c->sig;
+  l->opseq = c->opseq;
   atomic_store_explicit(&l->seq, seq, memory_order_seq_cst);
   if (atomic_load_explicit(&me->wake.sleepers, memory_order_seq_cst) != 0)
     gang__shm_ring(&me->wake);
