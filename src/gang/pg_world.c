@@ -46,6 +46,47 @@ static gang_status agree_algo(pg_world *w, int rank) {
   return st;
 }
 
+/* Each rank marks its arrival first, so that a rendezvous that times out
+ * names the ranks that never came, not a store key one of them writes. */
+static gang_status mark_here(gang_store *st, int rank) {
+  char key[48], pid[24];
+  snprintf(key, sizeof key, "pg/here/%d", rank);
+  snprintf(pid, sizeof pid, "%d", (int)getpid());
+  return gang_store_set(st, key, pid, strlen(pid));
+}
+
+/* A creation that timed out: appends the ranks whose arrival mark is not
+ * in the store (each check bounded by `budget_ms`). */
+static gang_status name_absent(gang_store *st, int size, int64_t budget_ms,
+                               gang_status failed) {
+  char why[1024];
+  snprintf(why, sizeof why, "%s", gang_last_error());
+  if (gang_store_set_timeout(st, budget_ms) != GANG_OK)
+    return gang__error(failed, "%s", why);
+  char absent[200] = "";
+  size_t used = 0;
+  int n = 0;
+  for (int r = 0; r < size; r++) {
+    char key[48];
+    snprintf(key, sizeof key, "pg/here/%d", r);
+    const char *k = key;
+    bool there = true;
+    if (gang_store_check(st, &k, 1, &there) != GANG_OK)
+      return gang__error(failed, "%s", why); /* the store cannot say */
+    if (there)
+      continue;
+    if (n++ < 16 && used < sizeof absent)
+      used += (size_t)snprintf(absent + used, sizeof absent - used, "%s%d",
+                               n > 1 ? "," : "", r);
+  }
+  if (n == 0)
+    return gang__error(failed, "%s [every rank of the gang came to it]", why);
+  return gang__error(failed,
+                     "gang creation: rank%s %s%s of %d never came to the "
+                     "rendezvous (%s)",
+                     n > 1 ? "s" : "", absent, n > 16 ? ",..." : "", size, why);
+}
+
 /* `store_host`: the world rank whose process hosts the store (0 under
  * gang_create_default without a launcher; `server` is its server on that
  * rank), -1 when the store is not a rank's. */
@@ -125,6 +166,7 @@ static gang_status create(const gang_options *opts, const char *store_addr,
     so.timeout_ms = timeout_ms;
     GANG_CHECK_GOTO(gang_store_connect(store_addr, &so, &w->store), st, fail);
     GANG_CHECK_GOTO(cancel_watch(cancel, w->store), st, fail);
+    GANG_CHECK_GOTO(mark_here(w->store, rank), st, fail);
     GANG_CHECK_GOTO(gang__pg_listen_addr(store_addr, OPT(opts, host, NULL),
                                          host, sizeof host),
                     st, fail);
@@ -199,6 +241,8 @@ fail:
     st = gang__error(GANG_ABORTED, "gang creation aborted (%s): %s", why,
                      gang_last_error());
   }
+  if (st == GANG_TIMEOUT && w->store != NULL)
+    st = name_absent(w->store, size, gang__pg_diag_budget_ms(timeout_ms), st);
   gang__pg_world_release(w);
   return st;
 }
