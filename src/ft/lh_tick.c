@@ -185,8 +185,19 @@ static gang_status read_suspects(gang_lighthouse *L, int64_t now) {
       /* Any replica counted alive: a member of the last quorum, or one
        * that joined the next (killed right after its restart). */
       if (i >= 0 && healthy(L, i, now) && L->ext[i].suspect_ms == 0) {
+        /* Its counter as it is now, not at the last tick: a beat sent just
+         * before it died (a group killed right after it started beats in
+         * a burst) is no sign of life. */
+        char key[GANG__LH_KEY_CAP];
+        snprintf(key, sizeof key, GANG__LH_KEY_HB, id);
+        int64_t beats;
+        s = gang_store_add(L->st, key, 0, &beats);
+        if (s != GANG_OK) {
+          gang_store_free(v);
+          return s;
+        }
         L->ext[i].suspect_ms = now;
-        L->ext[i].suspect_beats = L->ext[i].beats;
+        L->ext[i].suspect_beats = beats;
         GANG_INFO(FT, "lighthouse: replica '%s' reported lost by a peer", id);
       }
     }

@@ -130,6 +130,52 @@ static void test_dead_replica_noticed(void **state) {
   gang_lighthouse_stop(lh);
 }
 
+/* A replica whose process dies right after a heartbeat (a group killed
+ * just after it started: its join and first beats come in a burst): the
+ * store server reports its connections' departure, and the lighthouse
+ * must count it dead after the suspect grace, not after the heartbeat
+ * timeout -- the beat it sent just before dying is no sign of life. */
+static void test_death_right_after_a_beat(void **state) {
+  (void)state;
+  gang_lighthouse *lh = lh_start(0, 1, 30000, NULL);
+  replica r[3];
+  const char *ids[] = {"a", "b", "dies"};
+  for (int i = 0; i < 3; i++)
+    replica_start(&r[i], lh, ids[i]);
+  round_all(r, 3, 0);
+  gang__lh_client *watch;
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", gang_lighthouse_port(lh));
+  assert_gang_ok(gang__lh_connect(addr, CLIENT_MS, &watch));
+  int64_t cursor = 0;
+  join_start(&r[0], 11, 0, false, 20000);
+  join_start(&r[1], 11, 0, false, 20000);
+  replica_silence(&r[2]);
+  /* Let a tick read its counter, then beat and close at once, between two
+   * ticks. */
+  gt_nap_ms(2 * TICK);
+  assert_gang_ok(gang__lh_heartbeat(r[2].hb, "dies"));
+  int64_t died = gang__now_ns();
+  gang__lh_close(r[2].hb);
+  gang__lh_close(r[2].jc);
+  r[2].hb = r[2].jc = NULL;
+  int64_t noticed = await_notice(watch, &cursor, "dies");
+  join_ok(&r[0]);
+  join_ok(&r[1]);
+  double notice_ms = (double)(noticed - died) / 1e6;
+  printf("replica dead right after a beat: failure notice %.1f ms after its "
+         "connections closed (suspect grace %d ms, heartbeat timeout %d ms, "
+         "tick %d ms)\n",
+         notice_ms, GANG__LH_SUSPECT_MS, HB_TIMEOUT, TICK);
+  assert_true(notice_ms >= GANG__LH_SUSPECT_MS - 5);
+  assert_true(notice_ms < HB_TIMEOUT - 2 * TICK);
+  assert_string_equal(ids_of(&r[0].q), "a,b");
+  gang__lh_close(watch);
+  for (int i = 0; i < 3; i++)
+    replica_free(&r[i]);
+  gang_lighthouse_stop(lh);
+}
+
 static void test_split_brain_guard(void **state) {
   (void)state;
   gang_lighthouse *lh = lh_start(0, 1, 200, NULL);
@@ -268,6 +314,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       GT_TEST(test_quorum_forms_and_keeps_id),
       GT_TEST(test_dead_replica_noticed),
+      GT_TEST(test_death_right_after_a_beat),
       GT_TEST(test_split_brain_guard),
       GT_TEST(test_restart_is_new_incarnation),
       GT_TEST(test_second_join_replaces_the_first),
