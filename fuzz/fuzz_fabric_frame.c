@@ -207,7 +207,7 @@ static void post(run *r, bool send, uint32_t tag, uint64_t ctx, uint64_t seq,
 
 /* Whether receive x is being filled or waits on an early message that is
  * (it may hold part of its frame). */
-static bool in_flight(conn *c, const gang__xfer *x) {
+static bool in_flight(gang__fabric_conn *c, const gang__xfer *x) {
   if (c->rx == x)
     return true;
   umsg *u;
@@ -233,7 +233,7 @@ static long nth_payload(const run *r, const gang__xfer *x, int n,
     }
     if (kind != FRAME_DATA || l > MAX_FRAME)
       return -1;
-    size_t head = fabric_frame_head(kind, l);
+    size_t head = gang__fabric_frame_head(kind, l);
     bool whole = r->nsent - pos >= head && r->nsent - pos - head >= l;
     if (gang__get_u32(h + 4) == x->tag && gang__get_u64(h + 8) == x->ctx &&
         gang__get_u64(h + 16) == x->seq && n-- == 0) {
@@ -250,7 +250,7 @@ static long nth_payload(const run *r, const gang__xfer *x, int n,
 /* The checks of a finished script, before anything is withdrawn. */
 static void check_end(run *r) {
   gang__fabric *f = r->f;
-  conn *c = &f->conns[1];
+  gang__fabric_conn *c = &f->conns[1];
   /* Delivered receives hold their frame's payload, in matching order. */
   for (int i = 0; i < r->nx && !r->cancelled; i++) {
     const gang__xfer *x = &r->x[i];
@@ -305,7 +305,7 @@ static void check_end(run *r) {
 static void trace(run *r) {
   char detail[1024];
   gang_status st = gang__fabric_status(r->f, detail, sizeof detail);
-  conn *c = &r->f->conns[1];
+  gang__fabric_conn *c = &r->f->conns[1];
   fprintf(stderr, "  %s%s%s; %zu bytes written, %zu early, stage %zu-%zu%s\n",
           gang_status_name(st), st ? ": " : "", st ? detail : "", r->nsent,
           c->early_bytes, c->s_off, c->s_end, c->held ? ", held" : "");

@@ -5,7 +5,7 @@
 
 #include "core/error.h"
 
-gang_status algo_scratch(algo_ctx *a, size_t bytes, void **out) {
+gang_status gang__algo_scratch(algo_ctx *a, size_t bytes, void **out) {
   if (*a->scratch_cap < bytes) {
     void *p = realloc(*a->scratch, bytes);
     if (p == NULL)
@@ -20,8 +20,9 @@ gang_status algo_scratch(algo_ctx *a, size_t bytes, void **out) {
   return GANG_OK;
 }
 
-gang_status algo_sendrecv(algo_ctx *a, int to, const void *sbuf, size_t slen,
-                          int from, void *rbuf, size_t rlen, uint32_t tag) {
+gang_status gang__algo_sendrecv(algo_ctx *a, int to, const void *sbuf,
+                                size_t slen, int from, void *rbuf, size_t rlen,
+                                uint32_t tag) {
   gang__xfer x[2];
   int n = 0;
   if (to >= 0)
@@ -48,7 +49,8 @@ gang_status algo_sendrecv(algo_ctx *a, int to, const void *sbuf, size_t slen,
   return gang__fabric_run(a->f, x, n, a->deadline, a->what);
 }
 
-void algo_block(size_t count, int parts, int i, size_t *off, size_t *len) {
+void gang__algo_block(size_t count, int parts, int i, size_t *off,
+                      size_t *len) {
   size_t base = count / (size_t)parts, extra = count % (size_t)parts;
   size_t ui = (size_t)i;
   *off = ui * base + (ui < extra ? ui : extra);

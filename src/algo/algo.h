@@ -29,48 +29,48 @@ typedef struct algo_ctx {
 } algo_ctx;
 
 /* Scratch of at least `bytes` bytes. */
-gang_status algo_scratch(algo_ctx *a, size_t bytes, void **out);
+gang_status gang__algo_scratch(algo_ctx *a, size_t bytes, void **out);
 
 /* One step: send `slen` bytes to gang rank `to` (skip when to < 0) and
  * receive exactly `rlen` bytes from gang rank `from` (skip when from < 0),
  * both with tag `tag`. rbuf must not overlap sbuf: the receive owns it
  * (gang__xfer.owns_buf). */
-gang_status algo_sendrecv(algo_ctx *a, int to, const void *sbuf, size_t slen,
-                          int from, void *rbuf, size_t rlen, uint32_t tag);
+gang_status gang__algo_sendrecv(algo_ctx *a, int to, const void *sbuf,
+                                size_t slen, int from, void *rbuf, size_t rlen,
+                                uint32_t tag);
 
 /* Splits `count` elements into `parts` nearly equal blocks: block i starts
  * at *off and has *len elements (the first count % parts blocks get one
  * more). */
-void algo_block(size_t count, int parts, int i, size_t *off, size_t *len);
+void gang__algo_block(size_t count, int parts, int i, size_t *off, size_t *len);
 
 /* all_reduce */
-gang_status algo_allreduce_ring(algo_ctx *a, void *buf, size_t count,
-                                gang_dtype dt, gang_reduce_op op);
-gang_status algo_allreduce_rd(algo_ctx *a, void *buf, size_t count,
-                              gang_dtype dt, gang_reduce_op op);
+gang_status gang__algo_allreduce_ring(algo_ctx *a, void *buf, size_t count,
+                                      gang_dtype dt, gang_reduce_op op);
+gang_status gang__algo_allreduce_rd(algo_ctx *a, void *buf, size_t count,
+                                    gang_dtype dt, gang_reduce_op op);
 /* reduce_scatter over the ring: on return, block `rank` of buf (split by
- * algo_block into `size` parts) holds the reduction over all ranks; other
+ * gang__algo_block into `size` parts) holds the reduction over all ranks; other
  * blocks hold partial sums. */
-gang_status algo_reduce_scatter_ring_inplace(algo_ctx *a, void *buf,
-                                             size_t count, gang_dtype dt,
-                                             gang_reduce_op op, uint32_t tag0);
-/* all_gather over the ring of variable blocks (algo_block of count into
- * size parts) already in place in buf. */
-gang_status algo_allgather_ring_inplace(algo_ctx *a, void *buf, size_t count,
-                                        gang_dtype dt, uint32_t tag0);
+gang_status gang__algo_reduce_scatter_ring_inplace(algo_ctx *a, void *buf,
+                                                   size_t count, gang_dtype dt,
+                                                   gang_reduce_op op,
+                                                   uint32_t tag0);
 /* broadcast */
-gang_status algo_bcast_binomial(algo_ctx *a, void *buf, size_t bytes, int root);
+gang_status gang__algo_bcast_binomial(algo_ctx *a, void *buf, size_t bytes,
+                                      int root);
 /* all_gather of equal blocks of `bytes` bytes into out (rank order). */
-gang_status algo_allgather_ring(algo_ctx *a, void *out, size_t bytes);
+gang_status gang__algo_allgather_ring(algo_ctx *a, void *out, size_t bytes);
 /* all_to_all of equal blocks of `bytes` bytes. */
-gang_status algo_alltoall_pairwise(algo_ctx *a, void *out, const void *in,
-                                   size_t bytes);
+gang_status gang__algo_alltoall_pairwise(algo_ctx *a, void *out, const void *in,
+                                         size_t bytes);
 /* all_to_all with per-peer element counts (es bytes each): in_counts[i]
  * go to rank i, out_counts[j] come from rank j, blocks packed in rank
  * order. */
-gang_status algo_alltoallv_pairwise(algo_ctx *a, void *out,
-                                    const size_t *out_counts, const void *in,
-                                    const size_t *in_counts, size_t es);
-gang_status algo_barrier_dissemination(algo_ctx *a);
+gang_status gang__algo_alltoallv_pairwise(algo_ctx *a, void *out,
+                                          const size_t *out_counts,
+                                          const void *in,
+                                          const size_t *in_counts, size_t es);
+gang_status gang__algo_barrier_dissemination(algo_ctx *a);
 
 #endif

@@ -6,15 +6,15 @@
 
 #include "core/error.h"
 
-gang_status algo_allgather_ring(algo_ctx *a, void *out, size_t bytes) {
+gang_status gang__algo_allgather_ring(algo_ctx *a, void *out, size_t bytes) {
   int p = a->size, r = a->rank;
   int next = (r + 1) % p, prev = (r - 1 + p) % p;
   char *o = out;
   for (int s = 0; s < p - 1; s++) {
     int sb = ((r - s) % p + p) % p;
     int rb = ((r - s - 1) % p + p) % p;
-    GANG_CHECK(algo_sendrecv(a, next, o + (size_t)sb * bytes, bytes, prev,
-                             o + (size_t)rb * bytes, bytes, (uint32_t)s));
+    GANG_CHECK(gang__algo_sendrecv(a, next, o + (size_t)sb * bytes, bytes, prev,
+                                   o + (size_t)rb * bytes, bytes, (uint32_t)s));
   }
   return GANG_OK;
 }

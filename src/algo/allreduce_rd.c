@@ -37,8 +37,8 @@ static gang_status exchange(algo_ctx *a, int partner, bool send, bool recv,
   for (size_t done = 0; done < count || done == 0; done += per) {
     size_t n = count - done < per ? count - done : per;
     char *piece = b + done * es;
-    GANG_CHECK(algo_sendrecv(a, send ? partner : -1, piece, n * es,
-                             recv ? partner : -1, tmp, n * es, tag));
+    GANG_CHECK(gang__algo_sendrecv(a, send ? partner : -1, piece, n * es,
+                                   recv ? partner : -1, tmp, n * es, tag));
     if (recv) {
       if (a->rank < partner)
         gang__reduce3(piece, piece, tmp, n, dt, op);
@@ -51,8 +51,8 @@ static gang_status exchange(algo_ctx *a, int partner, bool send, bool recv,
   return GANG_OK;
 }
 
-gang_status algo_allreduce_rd(algo_ctx *a, void *buf, size_t count,
-                              gang_dtype dt, gang_reduce_op op) {
+gang_status gang__algo_allreduce_rd(algo_ctx *a, void *buf, size_t count,
+                                    gang_dtype dt, gang_reduce_op op) {
   int p = a->size, r = a->rank;
   if (p == 1)
     return GANG_OK;
@@ -62,16 +62,16 @@ gang_status algo_allreduce_rd(algo_ctx *a, void *buf, size_t count,
     p2 *= 2;
   int extra = p - p2;
   void *tmp;
-  GANG_CHECK(algo_scratch(a,
-                          bytes == 0         ? 1
-                          : bytes < RD_PIECE ? bytes
-                                             : RD_PIECE,
-                          &tmp));
+  GANG_CHECK(gang__algo_scratch(a,
+                                bytes == 0         ? 1
+                                : bytes < RD_PIECE ? bytes
+                                                   : RD_PIECE,
+                                &tmp));
   if (r >= p2) {
     GANG_CHECK(
         exchange(a, r - p2, true, false, buf, tmp, count, dt, op, TAG_FOLD));
     /* The result comes back whole, straight into buf. */
-    return algo_sendrecv(a, -1, NULL, 0, r - p2, buf, bytes, TAG_UNFOLD);
+    return gang__algo_sendrecv(a, -1, NULL, 0, r - p2, buf, bytes, TAG_UNFOLD);
   }
   if (r < extra)
     GANG_CHECK(
@@ -81,6 +81,7 @@ gang_status algo_allreduce_rd(algo_ctx *a, void *buf, size_t count,
     GANG_CHECK(exchange(a, r ^ mask, true, true, buf, tmp, count, dt, op,
                         TAG_ROUND + round));
   if (r < extra)
-    GANG_CHECK(algo_sendrecv(a, r + p2, buf, bytes, -1, NULL, 0, TAG_UNFOLD));
+    GANG_CHECK(
+        gang__algo_sendrecv(a, r + p2, buf, bytes, -1, NULL, 0, TAG_UNFOLD));
   return GANG_OK;
 }

@@ -11,16 +11,17 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-gang_status algo_reduce_scatter_ring_inplace(algo_ctx *a, void *buf,
-                                             size_t count, gang_dtype dt,
-                                             gang_reduce_op op, uint32_t tag0) {
+gang_status gang__algo_reduce_scatter_ring_inplace(algo_ctx *a, void *buf,
+                                                   size_t count, gang_dtype dt,
+                                                   gang_reduce_op op,
+                                                   uint32_t tag0) {
   int p = a->size, r = a->rank;
   if (p == 1)
     return GANG_OK;
   size_t es = gang_dtype_size(dt);
   size_t maxblk = count / (size_t)p + 1;
   void *tmp;
-  GANG_CHECK(algo_scratch(a, maxblk * es, &tmp));
+  GANG_CHECK(gang__algo_scratch(a, maxblk * es, &tmp));
   int next = (r + 1) % p, prev = (r - 1 + p) % p;
   /* Step s: send block (r - s - 1) mod p, receive block (r - s - 2) mod p
    * and reduce it in; after p-1 steps block r is complete. */
@@ -28,30 +29,11 @@ gang_status algo_reduce_scatter_ring_inplace(algo_ctx *a, void *buf,
     int sb = ((r - s - 1) % p + p) % p;
     int rb = ((r - s - 2) % p + p) % p;
     size_t soff, slen, roff, rlen;
-    algo_block(count, p, sb, &soff, &slen);
-    algo_block(count, p, rb, &roff, &rlen);
-    GANG_CHECK(algo_sendrecv(a, next, (char *)buf + soff * es, slen * es, prev,
-                             tmp, rlen * es, tag0 + (uint32_t)s));
+    gang__algo_block(count, p, sb, &soff, &slen);
+    gang__algo_block(count, p, rb, &roff, &rlen);
+    GANG_CHECK(gang__algo_sendrecv(a, next, (char *)buf + soff * es, slen * es,
+                                   prev, tmp, rlen * es, tag0 + (uint32_t)s));
     gang__reduce((char *)buf + roff * es, tmp, rlen, dt, op);
-  }
-  return GANG_OK;
-}
-
-gang_status algo_allgather_ring_inplace(algo_ctx *a, void *buf, size_t count,
-                                        gang_dtype dt, uint32_t tag0) {
-  int p = a->size, r = a->rank;
-  size_t es = gang_dtype_size(dt);
-  int next = (r + 1) % p, prev = (r - 1 + p) % p;
-  /* Step s: send block (r - s) mod p, receive block (r - s - 1) mod p. */
-  for (int s = 0; s < p - 1; s++) {
-    int sb = ((r - s) % p + p) % p;
-    int rb = ((r - s - 1) % p + p) % p;
-    size_t soff, slen, roff, rlen;
-    algo_block(count, p, sb, &soff, &slen);
-    algo_block(count, p, rb, &roff, &rlen);
-    GANG_CHECK(algo_sendrecv(a, next, (char *)buf + soff * es, slen * es, prev,
-                             (char *)buf + roff * es, rlen * es,
-                             tag0 + (uint32_t)s));
   }
   return GANG_OK;
 }
@@ -105,7 +87,7 @@ static void ring_locate(const ring *g, int u, bool send, size_t *off,
                           : g->r - (s - g->rs_steps) - (send ? 0 : 1);
   b = (b % g->p + g->p) % g->p;
   size_t boff, blen;
-  algo_block(g->count, g->p, b, &boff, &blen);
+  gang__algo_block(g->count, g->p, b, &boff, &blen);
   size_t c = (size_t)k * g->chunk_elems;
   c = c < blen ? c : blen;
   *len = blen - c < g->chunk_elems ? blen - c : g->chunk_elems;
@@ -151,8 +133,8 @@ static gang_status ring_post_recvs(ring *g, int done) {
   return GANG_OK;
 }
 
-gang_status algo_allreduce_ring(algo_ctx *a, void *buf, size_t count,
-                                gang_dtype dt, gang_reduce_op op) {
+gang_status gang__algo_allreduce_ring(algo_ctx *a, void *buf, size_t count,
+                                      gang_dtype dt, gang_reduce_op op) {
   int p = a->size;
   if (p == 1)
     return GANG_OK;
@@ -178,7 +160,7 @@ gang_status algo_allreduce_ring(algo_ctx *a, void *buf, size_t count,
   size_t slot_bytes = g.chunk_elems * g.es;
   size_t slots_bytes = (slot_bytes * (size_t)g.window + 63) & ~(size_t)63;
   void *scratch;
-  GANG_CHECK(algo_scratch(
+  GANG_CHECK(gang__algo_scratch(
       a, slots_bytes + sizeof(ring_unit) * (size_t)g.units * 2, &scratch));
   g.slots = scratch;
   g.sends = (ring_unit *)(void *)((uint8_t *)scratch + slots_bytes);

@@ -5,11 +5,11 @@
 
 #include "core/error.h"
 
-gang_status algo_barrier_dissemination(algo_ctx *a) {
+gang_status gang__algo_barrier_dissemination(algo_ctx *a) {
   int p = a->size, r = a->rank;
   uint32_t round = 0;
   for (int k = 1; k < p; k <<= 1, round++)
-    GANG_CHECK(algo_sendrecv(a, (r + k) % p, NULL, 0, (r - k + p) % p, NULL, 0,
-                             round));
+    GANG_CHECK(gang__algo_sendrecv(a, (r + k) % p, NULL, 0, (r - k + p) % p,
+                                   NULL, 0, round));
   return GANG_OK;
 }

@@ -7,8 +7,8 @@
 
 #include "core/error.h"
 
-gang_status algo_bcast_binomial(algo_ctx *a, void *buf, size_t bytes,
-                                int root) {
+gang_status gang__algo_bcast_binomial(algo_ctx *a, void *buf, size_t bytes,
+                                      int root) {
   int p = a->size;
   if (p == 1)
     return GANG_OK;
@@ -17,7 +17,7 @@ gang_status algo_bcast_binomial(algo_ctx *a, void *buf, size_t bytes,
   while (mask < p) {
     if (vr & mask) {
       int parent = (vr - mask + root) % p;
-      GANG_CHECK(algo_sendrecv(a, -1, NULL, 0, parent, buf, bytes, 0));
+      GANG_CHECK(gang__algo_sendrecv(a, -1, NULL, 0, parent, buf, bytes, 0));
       break;
     }
     mask <<= 1;

@@ -121,16 +121,8 @@ static const char *const coll_names[ALGO_COLL_COUNT] = {
 static const char *const path_names[ALGO_PATH_COUNT] = {"shared memory",
                                                         "several hosts", "TCP"};
 
-const char *algo_name(algo_id a) {
+const char *gang__algo_name(algo_id a) {
   return (unsigned)a < ALGO_COUNT ? algo_names[a] : "?";
-}
-
-const char *algo_coll_name(algo_coll c) {
-  return (unsigned)c < ALGO_COLL_COUNT ? coll_names[c] : "?";
-}
-
-const char *algo_path_name(algo_path p) {
-  return (unsigned)p < ALGO_PATH_COUNT ? path_names[p] : "?";
 }
 
 static bool can_run(const algo_rule *r, const algo_facts *f) {
@@ -157,8 +149,8 @@ static algo_path path_of(algo_id a) {
   return ALGO_PATH_COUNT;
 }
 
-algo_id algo_select(const algo_choice *choice, algo_coll coll, algo_path path,
-                    const algo_facts *facts) {
+algo_id gang__algo_select(const algo_choice *choice, algo_coll coll,
+                          algo_path path, const algo_facts *facts) {
   algo_id forced = choice != NULL ? choice->forced[coll] : ALGO_AUTO;
   if (forced != ALGO_AUTO && path_of(forced) != path) {
     /* Forced onto another path: leave this one, unless this is TCP,
@@ -199,7 +191,7 @@ static void list_algos(algo_coll coll, char *buf, size_t cap) {
                             n ? ", " : "", algo_names[a]);
 }
 
-gang_status algo_choice_parse(const char *text, algo_choice *out) {
+gang_status gang__algo_choice_parse(const char *text, algo_choice *out) {
   algo_choice c;
   for (int i = 0; i < ALGO_COLL_COUNT; i++)
     c.forced[i] = ALGO_AUTO;
@@ -290,7 +282,7 @@ static void rule_text(const algo_rule *r, char *buf, size_t cap) {
     snprintf(buf, cap, "otherwise");
 }
 
-void algo_table_print(FILE *f, const algo_choice *choice) {
+void gang__algo_table_print(FILE *f, const algo_choice *choice) {
   fprintf(f, "algorithms: the first rule that fits, per collective and path "
              "(sizes: the buffer for all_reduce and broadcast, one member's "
              "block otherwise):\n");

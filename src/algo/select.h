@@ -80,20 +80,18 @@ typedef struct algo_choice {
 
 /* Parses GANG_ALGO's syntax ("all_reduce=ring,broadcast=staged"; empty for
  * none). Errors name the item and list what is allowed. */
-gang_status algo_choice_parse(const char *text, algo_choice *out);
+gang_status gang__algo_choice_parse(const char *text, algo_choice *out);
 
 /* The algorithm for coll on path: the forced one when it can run there
  * (its hard limits hold: a flagged step's size, single copy allowed, two
  * members), else the table's first rule that fits. Never ALGO_AUTO. */
-algo_id algo_select(const algo_choice *choice, algo_coll coll, algo_path path,
-                    const algo_facts *facts);
+algo_id gang__algo_select(const algo_choice *choice, algo_coll coll,
+                          algo_path path, const algo_facts *facts);
 
 /* Names, for errors and gang-info. */
-const char *algo_name(algo_id a);
-const char *algo_coll_name(algo_coll c);
-const char *algo_path_name(algo_path p);
+const char *gang__algo_name(algo_id a);
 
 /* Prints the table (and the forced algorithms, if any) to f. */
-void algo_table_print(FILE *f, const algo_choice *choice);
+void gang__algo_table_print(FILE *f, const algo_choice *choice);
 
 #endif

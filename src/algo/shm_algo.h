@@ -30,28 +30,29 @@
  * those its file describes; the caller passes it (every member the same).
  *
  * In place; MEAN is left as a SUM (the caller finishes it). */
-gang_status shm_allreduce(gang__shm_chan *c, void *buf, size_t count,
-                          gang_dtype dt, gang_reduce_op op, algo_id algo);
-gang_status shm_bcast(gang__shm_chan *c, void *buf, size_t bytes, int root,
-                      algo_id algo);
+gang_status gang__shm_allreduce(gang__shm_chan *c, void *buf, size_t count,
+                                gang_dtype dt, gang_reduce_op op, algo_id algo);
+gang_status gang__shm_bcast(gang__shm_chan *c, void *buf, size_t bytes,
+                            int root, algo_id algo);
 /* `in` (bytes) from every member into out in rank order; in may alias the
  * caller's own slot of out. */
-gang_status shm_allgather(gang__shm_chan *c, void *out, const void *in,
-                          size_t bytes, algo_id algo);
+gang_status gang__shm_allgather(gang__shm_chan *c, void *out, const void *in,
+                                size_t bytes, algo_id algo);
 /* in holds size blocks of count elements; out receives this member's
  * block reduced over all members (MEAN left as SUM). */
-gang_status shm_reduce_scatter(gang__shm_chan *c, void *out, const void *in,
-                               size_t count, gang_dtype dt, gang_reduce_op op,
-                               algo_id algo);
+gang_status gang__shm_reduce_scatter(gang__shm_chan *c, void *out,
+                                     const void *in, size_t count,
+                                     gang_dtype dt, gang_reduce_op op,
+                                     algo_id algo);
 /* Blocks of `bytes`: block q of in goes to member q, block q of out comes
  * from member q. */
-gang_status shm_alltoall(gang__shm_chan *c, void *out, const void *in,
-                         size_t bytes, algo_id algo);
+gang_status gang__shm_alltoall(gang__shm_chan *c, void *out, const void *in,
+                               size_t bytes, algo_id algo);
 /* Variable blocks (es bytes per element); needs single copy (c->cma). */
-gang_status shm_alltoallv(gang__shm_chan *c, void *out,
-                          const size_t *out_counts, const void *in,
-                          const size_t *in_counts, size_t es);
-gang_status shm_barrier(gang__shm_chan *c, algo_id algo);
+gang_status gang__shm_alltoallv(gang__shm_chan *c, void *out,
+                                const size_t *out_counts, const void *in,
+                                const size_t *in_counts, size_t es);
+gang_status gang__shm_barrier(gang__shm_chan *c, algo_id algo);
 
 /* What the table needs to know of a channel for a call of `bytes` (see
  * select.h for what bytes means per collective) and `count` elements. */
@@ -93,14 +94,14 @@ static inline shm_ll_line *shm_ll_slot(gang__shm_chan *c, int member,
 
 /* One flagged step: writes `bytes` (1 to SHM_LL_MAX) from src into this
  * member's lines, publishes, and returns once every member's lines of the step
- * are complete (*step: the step, for shm_ll_gather). Polls the lines first,
- * then waits on the step lines, which sleeps, keeps the deadline and reports a
- * member running another call as GANG_MISMATCH. */
-gang_status shm_ll_step(gang__shm_chan *c, const void *src, size_t bytes,
-                        uint64_t *step);
+ * are complete (*step: the step, for gang__shm_ll_gather). Polls the lines
+ * first, then waits on the step lines, which sleeps, keeps the deadline and
+ * reports a member running another call as GANG_MISMATCH. */
+gang_status gang__shm_ll_step(gang__shm_chan *c, const void *src, size_t bytes,
+                              uint64_t *step);
 /* Copies member's `bytes` of step t out of its flagged lines. */
-void shm_ll_gather(void *dst, gang__shm_chan *c, int member, uint64_t t,
-                   size_t bytes);
+void gang__shm_ll_gather(void *dst, gang__shm_chan *c, int member, uint64_t t,
+                         size_t bytes);
 
 /* Staged steps carry at most this many bytes for one destination when a
  * step serves every member (all_to_all, reduce_scatter): the staging

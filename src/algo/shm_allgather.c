@@ -57,8 +57,8 @@ static gang_status allgather_staged(gang__shm_chan *c, unsigned char *o,
   return GANG_OK;
 }
 
-gang_status shm_allgather(gang__shm_chan *c, void *out, const void *in,
-                          size_t bytes, algo_id algo) {
+gang_status gang__shm_allgather(gang__shm_chan *c, void *out, const void *in,
+                                size_t bytes, algo_id algo) {
   int p = c->size, me = c->rank;
   unsigned char *o = out;
   const unsigned char *src = in;
@@ -80,6 +80,6 @@ gang_status shm_allgather(gang__shm_chan *c, void *out, const void *in,
   default:
     return gang__error(GANG_INTERNAL,
                        "all_gather over shared memory: no algorithm '%s'",
-                       algo_name(algo));
+                       gang__algo_name(algo));
   }
 }

@@ -54,15 +54,15 @@ static gang_status ll_allreduce(gang__shm_chan *c, unsigned char *buf,
                                 gang_reduce_op op) {
   size_t bytes = count * gang_dtype_size(dt);
   uint64_t t;
-  GANG_CHECK(shm_ll_step(c, buf, bytes, &t));
+  GANG_CHECK(gang__shm_ll_step(c, buf, bytes, &t));
   unsigned char tmp0[SHM_LL_ALLREDUCE_MAX], tmp1[SHM_LL_ALLREDUCE_MAX];
   const unsigned char *s0 = buf, *s1 = buf;
   if (c->rank != 0) {
-    shm_ll_gather(tmp0, c, 0, t, bytes);
+    gang__shm_ll_gather(tmp0, c, 0, t, bytes);
     s0 = tmp0;
   }
   if (c->rank != 1) {
-    shm_ll_gather(tmp1, c, 1, t, bytes);
+    gang__shm_ll_gather(tmp1, c, 1, t, bytes);
     s1 = tmp1;
   }
   unsigned char *dst = c->rank <= 1 ? buf : tmp0;
@@ -70,7 +70,7 @@ static gang_status ll_allreduce(gang__shm_chan *c, unsigned char *buf,
   for (int j = 2; j < c->size; j++) {
     const unsigned char *src = buf;
     if (j != c->rank) {
-      shm_ll_gather(tmp1, c, j, t, bytes);
+      gang__shm_ll_gather(tmp1, c, j, t, bytes);
       src = tmp1;
     }
     gang__reduce(dst, src, count, dt, op);
@@ -206,10 +206,10 @@ static void way_learn(gang__shm_chan *c, int way, size_t bytes) {
 static gang_status way_agree(gang__shm_chan *c, size_t bytes, int *way) {
   unsigned char mine = (unsigned char)way_proposal(c, bytes), theirs;
   uint64_t t;
-  GANG_CHECK(shm_ll_step(c, &mine, 1, &t));
+  GANG_CHECK(gang__shm_ll_step(c, &mine, 1, &t));
   *way = WAY_STAGED;
   for (int j = 0; j < c->size; j++) {
-    shm_ll_gather(&theirs, c, j, t, 1);
+    gang__shm_ll_gather(&theirs, c, j, t, 1);
     if (theirs == WAY_SINGLE_COPY)
       *way = WAY_SINGLE_COPY;
   }
@@ -235,14 +235,14 @@ static gang_status rsag(gang__shm_chan *c, unsigned char *buf, size_t count,
     for (int j = 0; j < p; j++) {
       if (j == me && me < 2)
         continue;
-      algo_block(n, p, j, &off, &len);
+      gang__algo_block(n, p, j, &off, &len);
       memcpy(mine + off * es, chunk + off * es, len * es);
     }
     gang__shm_publish(c, t);
     GANG_CHECK(gang__shm_wait_all(c, t));
     if (done == 0)
       way_arrived(c);
-    algo_block(n, p, me, &off, &len);
+    gang__algo_block(n, p, me, &off, &len);
     for (int j = 0; j < p; j++)
       src[j] = (j == me && me < 2 ? chunk : gang__shm_buf(c, j, t)) + off * es;
     shm_reduce_members(chunk + off * es, src, p, len, dt, op);
@@ -255,7 +255,7 @@ static gang_status rsag(gang__shm_chan *c, unsigned char *buf, size_t count,
     for (int j = 0; j < p; j++) {
       if (j == me)
         continue;
-      algo_block(n, p, j, &off, &len);
+      gang__algo_block(n, p, j, &off, &len);
       memcpy(chunk + off * es, gang__shm_buf(c, j, t2) + off * es, len * es);
     }
   }
@@ -282,7 +282,7 @@ static gang_status single_copy(gang__shm_chan *c, unsigned char *buf,
   /* Reduce my block, a cache-sized piece at a time. Writing my block of
    * my own buffer is safe: the others read only their own blocks of it. */
   size_t off, len;
-  algo_block(count, p, me, &off, &len);
+  gang__algo_block(count, p, me, &off, &len);
   for (size_t done = 0; done < len; done += piece) {
     size_t n = len - done < piece ? len - done : piece;
     size_t at = (off + done) * es;
@@ -308,7 +308,7 @@ static gang_status single_copy(gang__shm_chan *c, unsigned char *buf,
   for (int j = 0; j < p; j++) {
     if (j == me)
       continue;
-    algo_block(count, p, j, &off, &len);
+    gang__algo_block(count, p, j, &off, &len);
     if (len)
       GANG_CHECK(gang__shm_read_remote(c, j, buf + off * es,
                                        c->ctl[j]->pub.in + off * es, len * es));
@@ -322,8 +322,9 @@ static gang_status single_copy(gang__shm_chan *c, unsigned char *buf,
   return GANG_OK;
 }
 
-gang_status shm_allreduce(gang__shm_chan *c, void *buf, size_t count,
-                          gang_dtype dt, gang_reduce_op op, algo_id algo) {
+gang_status gang__shm_allreduce(gang__shm_chan *c, void *buf, size_t count,
+                                gang_dtype dt, gang_reduce_op op,
+                                algo_id algo) {
   if (c->size == 1 || count == 0)
     return GANG_OK;
   switch (algo) {
@@ -350,6 +351,6 @@ gang_status shm_allreduce(gang__shm_chan *c, void *buf, size_t count,
     return gang__error(GANG_INTERNAL,
                        "all_reduce over shared memory: no "
                        "algorithm '%s'",
-                       algo_name(algo));
+                       gang__algo_name(algo));
   }
 }

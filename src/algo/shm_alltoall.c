@@ -37,9 +37,9 @@ static gang_status pull_all(gang__shm_chan *c, unsigned char *out,
   return gang__shm_wait_all(c, t2);
 }
 
-gang_status shm_alltoallv(gang__shm_chan *c, void *out,
-                          const size_t *out_counts, const void *in,
-                          const size_t *in_counts, size_t es) {
+gang_status gang__shm_alltoallv(gang__shm_chan *c, void *out,
+                                const size_t *out_counts, const void *in,
+                                const size_t *in_counts, size_t es) {
   int p = c->size, me = c->rank;
   size_t off_in[GANG_SHM_MAX_LOCAL + 1], off_out[GANG_SHM_MAX_LOCAL],
       len_out[GANG_SHM_MAX_LOCAL] = {0};
@@ -73,8 +73,8 @@ gang_status shm_alltoallv(gang__shm_chan *c, void *out,
   return pull_all(c, out, off_out, len_out);
 }
 
-gang_status shm_alltoall(gang__shm_chan *c, void *out, const void *in,
-                         size_t bytes, algo_id algo) {
+gang_status gang__shm_alltoall(gang__shm_chan *c, void *out, const void *in,
+                               size_t bytes, algo_id algo) {
   int p = c->size, me = c->rank;
   unsigned char *o = out;
   const unsigned char *src = in;

@@ -12,11 +12,11 @@
  * waits still spun 64 pauses before yielding). */
 #include "shm_algo.h"
 
-gang_status shm_barrier(gang__shm_chan *c, algo_id algo) {
+gang_status gang__shm_barrier(gang__shm_chan *c, algo_id algo) {
   if (algo == ALGO_SHM_FLAGGED) {
     static const unsigned char none = 0;
     uint64_t t;
-    return shm_ll_step(c, &none, 1, &t);
+    return gang__shm_ll_step(c, &none, 1, &t);
   }
   uint64_t t = ++c->step;
   /* Publishing writes the step's line. */

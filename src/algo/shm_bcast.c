@@ -89,8 +89,8 @@ static gang_status bcast_staged(gang__shm_chan *c, void *buf, size_t bytes,
   return GANG_OK;
 }
 
-gang_status shm_bcast(gang__shm_chan *c, void *buf, size_t bytes, int root,
-                      algo_id algo) {
+gang_status gang__shm_bcast(gang__shm_chan *c, void *buf, size_t bytes,
+                            int root, algo_id algo) {
   if (c->size == 1 || bytes == 0)
     return GANG_OK;
   switch (algo) {
@@ -105,6 +105,6 @@ gang_status shm_bcast(gang__shm_chan *c, void *buf, size_t bytes, int root,
   default:
     return gang__error(GANG_INTERNAL,
                        "broadcast over shared memory: no algorithm '%s'",
-                       algo_name(algo));
+                       gang__algo_name(algo));
   }
 }

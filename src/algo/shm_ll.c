@@ -56,8 +56,8 @@ static bool ll_poll(gang__shm_chan *c, uint64_t t, size_t lines,
   return false;
 }
 
-gang_status shm_ll_step(gang__shm_chan *c, const void *src, size_t bytes,
-                        uint64_t *step) {
+gang_status gang__shm_ll_step(gang__shm_chan *c, const void *src, size_t bytes,
+                              uint64_t *step) {
   const unsigned char *s = src;
   size_t lines = (bytes + SHM_LL_DATA - 1) / SHM_LL_DATA;
   uint64_t t = ++c->step;
@@ -81,8 +81,8 @@ gang_status shm_ll_step(gang__shm_chan *c, const void *src, size_t bytes,
   return gang__shm_wait_all(c, t);
 }
 
-void shm_ll_gather(void *dst, gang__shm_chan *c, int member, uint64_t t,
-                   size_t bytes) {
+void gang__shm_ll_gather(void *dst, gang__shm_chan *c, int member, uint64_t t,
+                         size_t bytes) {
   unsigned char *d = dst;
   const shm_ll_line *l = shm_ll_slot(c, member, t);
   for (size_t off = 0; off < bytes; off += SHM_LL_DATA, l++)

@@ -15,9 +15,10 @@
 
 #define SHM_RS_PIECE (64 * 1024)
 
-gang_status shm_reduce_scatter(gang__shm_chan *c, void *out, const void *in,
-                               size_t count, gang_dtype dt, gang_reduce_op op,
-                               algo_id algo) {
+gang_status gang__shm_reduce_scatter(gang__shm_chan *c, void *out,
+                                     const void *in, size_t count,
+                                     gang_dtype dt, gang_reduce_op op,
+                                     algo_id algo) {
   size_t es = gang_dtype_size(dt);
   int p = c->size, me = c->rank;
   size_t bytes = count * es;

@@ -310,7 +310,7 @@ static void dump_call(FILE *o, const char *id, const gang__flight *f,
           gang_reduce_op_name((gang_reduce_op)c->op), c->root, c->tag,
           state_name(c->state), gang_status_name((gang_status)c->status),
           c->posted, c->started, c->ended,
-          c->algo < 0 ? "-" : algo_name((algo_id)c->algo));
+          c->algo < 0 ? "-" : gang__algo_name((algo_id)c->algo));
 }
 
 /* Writes one recorder: its gang line, then its calls oldest first. */

@@ -64,7 +64,7 @@ static const char *kind_name(int kind) {
 gang_status gang__pg_new(pg_world *w, const int *map, int size, int rank,
                          uint64_t ctx, gang_device device, int64_t timeout_ms,
                          gang_t **out) {
-  pg *p = calloc(1, sizeof *p);
+  gang__pg *p = calloc(1, sizeof *p);
   int *m = calloc((size_t)size, sizeof *m);
   if (p == NULL || m == NULL) {
     free(p);
@@ -131,7 +131,7 @@ gang_status gang__pg_new(pg_world *w, const int *map, int size, int rank,
 
 static gang_status pg_subgang(gang_t *g, const int *ranks, int n, int index,
                               gang_t **out) {
-  pg *p = g->impl;
+  gang__pg *p = g->impl;
   pthread_mutex_lock(&p->mu);
   uint64_t k = ++p->subgangs;
   pthread_mutex_unlock(&p->mu);
@@ -158,7 +158,7 @@ static gang_status pg_subgang(gang_t *g, const int *ranks, int n, int index,
  * sub-gang's rank means nothing: it names the world rank too when they
  * differ. */
 static void pg_abort(gang_t *g) {
-  pg *p = g->impl;
+  gang__pg *p = g->impl;
   char why[640];
   const char *reason = gang_get_last_error(g);
   int n;
@@ -175,14 +175,14 @@ static void pg_abort(gang_t *g) {
 }
 
 void gang__pg_flight_failed(gang_t *g, const char *why) {
-  pg *p = g->impl;
+  gang__pg *p = g->impl;
   if (p->flight == NULL || atomic_exchange(&p->w->flight_dumped, true))
     return;
   gang__flight_dump_world(p->w, why);
 }
 
 static void pg_destroy(gang_t *g) {
-  pg *p = g->impl;
+  gang__pg *p = g->impl;
   if (p == NULL)
     return;
   gang__pg_queue_stop(g);
@@ -213,13 +213,13 @@ static const gang__ops pg_ops = {
 struct gang__fabric *gang__pg_fabric(gang_t *g) {
   if (g == NULL || g->ops != &pg_ops)
     return NULL;
-  return ((pg *)g->impl)->w->fabric;
+  return ((gang__pg *)g->impl)->w->fabric;
 }
 
 int gang__pg_lost_ranks(gang_t *g, int *out, int cap) {
   if (g == NULL || g->ops != &pg_ops)
     return 0;
-  pg *p = g->impl;
+  gang__pg *p = g->impl;
   return p->w->fabric != NULL ? gang__fabric_lost_peers(p->w->fabric, out, cap)
                               : 0;
 }
@@ -227,14 +227,14 @@ int gang__pg_lost_ranks(gang_t *g, int *out, int cap) {
 gang_status gang__pg_poke(gang_t *g) {
   if (g == NULL || g->ops != &pg_ops)
     return GANG_OK;
-  pg *p = g->impl;
+  gang__pg *p = g->impl;
   return p->w->fabric != NULL ? gang__fabric_poke(p->w->fabric) : GANG_OK;
 }
 
 const char *gang__pg_last_algo(gang_t *g) {
   if (g == NULL || g->ops != &pg_ops)
     return NULL;
-  pg *p = g->impl;
-  return algo_name(
+  gang__pg *p = g->impl;
+  return gang__algo_name(
       (algo_id)atomic_load_explicit(&p->last_algo, memory_order_relaxed));
 }

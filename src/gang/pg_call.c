@@ -87,7 +87,7 @@ void gang__pg_chan_start(gang__shm_chan *ch, gang_t *g, const gang_work *w) {
   ch->deadline = 0;
 }
 
-algo_ctx gang__pg_tcp_ctx(pg *p, const gang_work *w, int rank, int size,
+algo_ctx gang__pg_tcp_ctx(gang__pg *p, const gang_work *w, int rank, int size,
                           const int *world, uint64_t ctx, int64_t deadline,
                           const char *what) {
   return (algo_ctx){
@@ -104,10 +104,11 @@ algo_ctx gang__pg_tcp_ctx(pg *p, const gang_work *w, int rank, int size,
   };
 }
 
-gang_status gang__pg_tcp_allreduce(pg *p, algo_ctx *a, const gang__coll *c) {
+gang_status gang__pg_tcp_allreduce(gang__pg *p, algo_ctx *a,
+                                   const gang__coll *c) {
   algo_facts f = gang__pg_tcp_facts(c, a->size);
-  if (algo_select(&p->w->choice, ALGO_ALL_REDUCE, ALGO_PATH_TCP, &f) ==
+  if (gang__algo_select(&p->w->choice, ALGO_ALL_REDUCE, ALGO_PATH_TCP, &f) ==
       ALGO_TCP_RING)
-    return algo_allreduce_ring(a, c->out, c->count, c->dtype, c->op);
-  return algo_allreduce_rd(a, c->out, c->count, c->dtype, c->op);
+    return gang__algo_allreduce_ring(a, c->out, c->count, c->dtype, c->op);
+  return gang__algo_allreduce_rd(a, c->out, c->count, c->dtype, c->op);
 }

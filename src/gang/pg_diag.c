@@ -25,7 +25,7 @@ int64_t gang__pg_diag_budget_ms(int64_t timeout_ms) {
 /* The store failed the diagnosis: the error says so, with the store's
  * failure, and names the rank whose process hosts the store, if one does:
  * a store that does not answer means that rank does not either. */
-static void no_diagnosis(pg *p, const char *detail, const gang_work *w) {
+static void no_diagnosis(gang__pg *p, const char *detail, const gang_work *w) {
   char host[600] = "", left[400];
   if (p->w->store_host >= 0 &&
       gang__fabric_peer_left(p->w->fabric, p->w->store_host, left, sizeof left))
@@ -44,7 +44,7 @@ static void no_diagnosis(pg *p, const char *detail, const gang_work *w) {
 /* Says, once per world, that this rank was waiting in a collective of the
  * world when it timed out: "diag/world/<world rank>", and counts itself in
  * "diag/present" (the store's host waits for those to be done, below). */
-static gang_status mark_present(pg *p, int world_rank) {
+static gang_status mark_present(gang__pg *p, int world_rank) {
   if (atomic_exchange(&p->w->diag_marked, true))
     return GANG_OK;
   char key[64];
@@ -54,13 +54,13 @@ static gang_status mark_present(pg *p, int world_rank) {
 }
 
 /* Counts this rank in "diag/done" once it no longer needs the store. */
-static void mark_done(pg *p) {
+static void mark_done(gang__pg *p) {
   if (!atomic_exchange(&p->w->diag_done, true))
     (void)gang_store_add(p->w->store, "diag/done", 1, NULL);
 }
 
 void gang__pg_diag_mark_present(gang_t *g) {
-  pg *p = g->impl;
+  gang__pg *p = g->impl;
   if (p->w->store != NULL && mark_present(p, p->map[g->rank]) == GANG_OK)
     mark_done(p);
 }
@@ -89,7 +89,7 @@ void gang__pg_diag_linger(pg_world *w) {
  * False when the store failed. */
 static bool absent_elsewhere(gang_t *g, const bool *missing, char *buf,
                              size_t cap) {
-  pg *p = g->impl;
+  gang__pg *p = g->impl;
   size_t o = 0;
   buf[0] = '\0';
   for (int r = 0; r < p->w->size; r++) {
@@ -122,7 +122,7 @@ static bool absent_elsewhere(gang_t *g, const bool *missing, char *buf,
  * its host left) ends the diagnosis: the error says so instead
  * (no_diagnosis). */
 void gang__pg_diagnose_timeout(gang_t *g, const gang_work *w) {
-  pg *p = g->impl;
+  gang__pg *p = g->impl;
   gang_store *st = p->w->store;
   if (st == NULL)
     return;

@@ -100,14 +100,15 @@ oom:
 /* The shared-memory algorithm for one local part of a hierarchical call:
  * as a channel of its own would choose; a forced algorithm of another path
  * leaves it the table's choice. */
-static algo_id local_algo(pg *p, algo_coll coll, size_t bytes, size_t count) {
+static algo_id local_algo(gang__pg *p, algo_coll coll, size_t bytes,
+                          size_t count) {
   algo_facts f = shm_facts(p->hier->local, bytes, count);
-  algo_id a = algo_select(&p->w->choice, coll, ALGO_PATH_SHM, &f);
-  return a != ALGO_AUTO ? a : algo_select(NULL, coll, ALGO_PATH_SHM, &f);
+  algo_id a = gang__algo_select(&p->w->choice, coll, ALGO_PATH_SHM, &f);
+  return a != ALGO_AUTO ? a : gang__algo_select(NULL, coll, ALGO_PATH_SHM, &f);
 }
 
 bool gang__pg_execute_hier(gang_t *g, gang_work *w, gang_status *st) {
-  pg *p = g->impl;
+  gang__pg *p = g->impl;
   pg_hier *h = p->hier;
   const gang__coll *c = &w->coll;
   if (c->kind != GANG_COLL_ALL_REDUCE && c->kind != GANG_COLL_BROADCAST &&
@@ -130,22 +131,23 @@ bool gang__pg_execute_hier(gang_t *g, gang_work *w, gang_status *st) {
   case GANG_COLL_BARRIER: {
     algo_id la = ch != NULL ? local_algo(p, ALGO_BARRIER, 0, 0) : ALGO_AUTO;
     if (ch != NULL)
-      *st = shm_barrier(ch, la);
+      *st = gang__shm_barrier(ch, la);
     if (*st == GANG_OK && h->leader)
-      *st = algo_barrier_dissemination(&a);
+      *st = gang__algo_barrier_dissemination(&a);
     if (*st == GANG_OK && ch != NULL)
-      *st = shm_barrier(ch, la);
+      *st = gang__shm_barrier(ch, la);
     return true;
   }
   case GANG_COLL_ALL_REDUCE:
     if (ch != NULL)
-      *st = shm_allreduce(ch, c->out, c->count, c->dtype, c->op,
-                          local_algo(p, ALGO_ALL_REDUCE, bytes, c->count));
+      *st =
+          gang__shm_allreduce(ch, c->out, c->count, c->dtype, c->op,
+                              local_algo(p, ALGO_ALL_REDUCE, bytes, c->count));
     if (*st == GANG_OK && h->leader)
       *st = gang__pg_tcp_allreduce(p, &a, c);
     if (*st == GANG_OK && ch != NULL)
-      *st = shm_bcast(ch, c->out, bytes, 0,
-                      local_algo(p, ALGO_BROADCAST, bytes, c->count));
+      *st = gang__shm_bcast(ch, c->out, bytes, 0,
+                            local_algo(p, ALGO_BROADCAST, bytes, c->count));
     return true;
   case GANG_COLL_BROADCAST: {
     int root_host = h->host_of[c->root];
@@ -153,11 +155,11 @@ bool gang__pg_execute_hier(gang_t *g, gang_work *w, gang_status *st) {
         ch != NULL ? local_algo(p, ALGO_BROADCAST, bytes, c->count) : ALGO_AUTO;
     /* The root's host first, so its leader has the data. */
     if (ch != NULL && h->my_host == root_host)
-      *st = shm_bcast(ch, c->out, bytes, h->local_of[c->root], la);
+      *st = gang__shm_bcast(ch, c->out, bytes, h->local_of[c->root], la);
     if (*st == GANG_OK && h->leader)
-      *st = algo_bcast_binomial(&a, c->out, bytes, root_host);
+      *st = gang__algo_bcast_binomial(&a, c->out, bytes, root_host);
     if (*st == GANG_OK && ch != NULL && h->my_host != root_host)
-      *st = shm_bcast(ch, c->out, bytes, 0, la);
+      *st = gang__shm_bcast(ch, c->out, bytes, 0, la);
     return true;
   }
   default:

@@ -85,7 +85,7 @@ typedef struct pg_hier {
 
 typedef TAILQ_HEAD(pg_works, gang_work) pg_works;
 
-typedef struct pg {
+typedef struct gang__pg {
   pg_world *w;
   int *map; /* gang rank -> world rank */
   uint64_t ctx;
@@ -109,7 +109,7 @@ typedef struct pg {
   pg_hier *hier;         /* members on several hosts, some sharing one */
   _Atomic int last_algo; /* the algorithm of the last collective (tests) */
   gang__flight *flight;  /* its recent calls (NULL: GANG_FLIGHT=0) */
-} pg;
+} gang__pg;
 
 /* ---- pg.c ---- */
 
@@ -181,12 +181,13 @@ algo_facts gang__pg_tcp_facts(const gang__coll *c, int size);
 
 /* The algorithms' view of w's collective over the fabric ranks
  * world[0..size), in which this rank is `rank`. */
-algo_ctx gang__pg_tcp_ctx(pg *p, const gang_work *w, int rank, int size,
+algo_ctx gang__pg_tcp_ctx(gang__pg *p, const gang_work *w, int rank, int size,
                           const int *world, uint64_t ctx, int64_t deadline,
                           const char *what);
 
 /* all_reduce over TCP with the selected algorithm. */
-gang_status gang__pg_tcp_allreduce(pg *p, algo_ctx *a, const gang__coll *c);
+gang_status gang__pg_tcp_allreduce(gang__pg *p, algo_ctx *a,
+                                   const gang__coll *c);
 
 /* ---- pg_hier.c ---- */
 

@@ -17,7 +17,7 @@ _Static_assert(sizeof(p2p_state) <= sizeof(((gang_work *)0)->inline_state),
                "p2p state must fit in the work");
 
 gang_status gang__pg_post_p2p(gang_t *g, const gang__coll *c, gang_work *w) {
-  pg *p = g->impl;
+  gang__pg *p = g->impl;
   p2p_state *s = (p2p_state *)w->inline_state;
   bool send = c->kind == GANG_COLL_SEND;
   gang__pg_name_p2p(s->what, sizeof s->what, send, c->peer, c->tag);
@@ -46,7 +46,7 @@ gang_status gang__pg_post_p2p(gang_t *g, const gang__coll *c, gang_work *w) {
 
 /* Takes w off the gang's list, once (a destroy may have done it first).
  * Called with p->mu held. */
-static void forget(pg *p, gang_work *w) {
+static void forget(gang__pg *p, gang_work *w) {
   if (w->link.tqe_prev == NULL)
     return;
   TAILQ_REMOVE(&p->p2p, w, link);
@@ -54,7 +54,7 @@ static void forget(pg *p, gang_work *w) {
 }
 
 /* A point-to-point work is done: forget it. */
-static void p2p_done(pg *p, gang_work *w, gang_status st) {
+static void p2p_done(gang__pg *p, gang_work *w, gang_status st) {
   pthread_mutex_lock(&p->mu);
   forget(p, w);
   pthread_mutex_unlock(&p->mu);
@@ -67,7 +67,7 @@ static void p2p_done(pg *p, gang_work *w, gang_status st) {
 }
 
 gang_status gang__pg_wait_p2p(gang_work *w, int64_t deadline) {
-  pg *p = w->g->impl;
+  gang__pg *p = w->g->impl;
   p2p_state *s = w->impl;
   gang_status st =
       gang__fabric_wait(p->w->fabric, &s->grp, &s->x, 1, deadline, s->what);
@@ -76,7 +76,7 @@ gang_status gang__pg_wait_p2p(gang_work *w, int64_t deadline) {
 }
 
 void gang__pg_test_p2p(gang_work *w) {
-  pg *p = w->g->impl;
+  gang__pg *p = w->g->impl;
   p2p_state *s = w->impl;
   bool done = false;
   gang_status st = gang__fabric_test(p->w->fabric, &s->grp, s->what, &done);
@@ -87,7 +87,7 @@ void gang__pg_test_p2p(gang_work *w) {
 /* Withdrawn from the fabric, which outlives this gang when siblings share
  * the world. */
 void gang__pg_p2p_cancel_all(gang_t *g) {
-  pg *p = g->impl;
+  gang__pg *p = g->impl;
   gang_work *w;
   while ((w = TAILQ_FIRST(&p->p2p)) != NULL) {
     forget(p, w);

@@ -16,7 +16,7 @@
 /* Executes one collective and completes its work, telling the peers of a
  * failure. Called without p->mu. */
 static void run_one(gang_t *g, gang_work *w) {
-  pg *p = g->impl;
+  gang__pg *p = g->impl;
   const gang__coll *c = &w->coll;
   /* A collective that starts on a failed world fails without running:
    * who reached it says nothing, and a diagnosis of each one queued
@@ -49,7 +49,7 @@ static void run_one(gang_t *g, gang_work *w) {
 }
 
 /* Claims the right to execute a collective. */
-static bool claim_running(pg *p) {
+static bool claim_running(gang__pg *p) {
   bool idle = false;
   return atomic_compare_exchange_strong(&p->running, &idle, true);
 }
@@ -59,7 +59,7 @@ static bool claim_running(pg *p) {
  * False if it ran nothing (another thread is executing one: it broadcasts
  * p->cv when done). */
 static bool drain(gang_t *g, gang_work *until) {
-  pg *p = g->impl;
+  gang__pg *p = g->impl;
   bool ran = false;
   /* The claim comes before the dequeue: a blocking call that finds the
    * queue empty then finds running set until the dequeued work is done,
@@ -83,7 +83,7 @@ static bool drain(gang_t *g, gang_work *until) {
 
 static void *worker_main(void *arg) {
   gang_t *g = arg;
-  pg *p = g->impl;
+  gang__pg *p = g->impl;
   pthread_mutex_lock(&p->mu);
   while (!p->stop) {
     if (!TAILQ_EMPTY(&p->queue) && !atomic_load(&p->running) && drain(g, NULL))
@@ -95,14 +95,14 @@ static void *worker_main(void *arg) {
 }
 
 /* The next collective's sequence number. */
-static uint64_t next_seq(pg *p) {
+static uint64_t next_seq(gang__pg *p) {
   uint64_t s = atomic_load_explicit(&p->seq, memory_order_relaxed) + 1;
   atomic_store_explicit(&p->seq, s, memory_order_relaxed);
   return s;
 }
 
 gang_status gang__pg_post(gang_t *g, const gang__coll *c, gang_work *w) {
-  pg *p = g->impl;
+  gang__pg *p = g->impl;
   if (c->kind == GANG_COLL_SEND || c->kind == GANG_COLL_RECV)
     return gang__pg_post_p2p(g, c, w);
   w->impl = NULL;
@@ -148,7 +148,7 @@ gang_status gang__pg_post(gang_t *g, const gang__coll *c, gang_work *w) {
 
 gang_status gang__pg_wait(gang_work *w, int64_t deadline) {
   gang_t *g = w->g;
-  pg *p = g->impl;
+  gang__pg *p = g->impl;
   if (w->impl != NULL)
     return gang__pg_wait_p2p(w, deadline);
   pthread_mutex_lock(&p->mu);
@@ -184,7 +184,7 @@ void gang__pg_test(gang_work *w) {
 }
 
 void gang__pg_queue_stop(gang_t *g) {
-  pg *p = g->impl;
+  gang__pg *p = g->impl;
   pthread_mutex_lock(&p->mu);
   p->stop = true;
   pthread_cond_broadcast(&p->cv);

@@ -27,7 +27,7 @@
  * here instead of hanging or corrupting later. */
 static gang_status agree_algo(pg_world *w, int rank) {
   const char *mine = gang__setting_str(GANG_SETTING_ALGO);
-  GANG_CHECK(algo_choice_parse(mine, &w->choice));
+  GANG_CHECK(gang__algo_choice_parse(mine, &w->choice));
   if (w->store == NULL)
     return GANG_OK;
   if (rank == 0)

@@ -64,12 +64,12 @@ static gang_status fs_set(gang_store *st, const char *key, const void *value,
   fs_store *fs = fs_of(st);
   GANG_CHECK(check_sizes(fs, key, len));
   recbuf b = {0};
-  gang_status s = fs_rec_add(fs, &b, OP_SET, key, value, len);
-  if (s == GANG_OK && (s = fs_lock(fs, LOCK_EX)) == GANG_OK) {
-    s = fs_catch_up(fs);
+  gang_status s = gang__fs_rec_add(fs, &b, OP_SET, key, value, len);
+  if (s == GANG_OK && (s = gang__fs_lock(fs, LOCK_EX)) == GANG_OK) {
+    s = gang__fs_catch_up(fs);
     if (s == GANG_OK)
-      s = fs_commit(fs, &b);
-    fs_unlock(fs);
+      s = gang__fs_commit(fs, &b);
+    gang__fs_unlock(fs);
   }
   free(b.p);
   return s;
@@ -95,11 +95,11 @@ static gang_status wait_keys(fs_store *fs, const char *what,
   int interval = FS_POLL_MIN_MS, ino = -1;
   gang_status s;
   for (;;) {
-    if ((s = fs_refresh(fs)) != GANG_OK)
+    if ((s = gang__fs_refresh(fs)) != GANG_OK)
       break;
     size_t missing = 0;
     for (size_t i = 0; i < n; i++)
-      missing += fs_lookup(fs, keys[i]) == NULL;
+      missing += gang__fs_lookup(fs, keys[i]) == NULL;
     if (missing == 0)
       break;
     if (gang__deadline_passed(deadline)) {
@@ -107,7 +107,7 @@ static gang_status wait_keys(fs_store *fs, const char *what,
       size_t o = 0, shown = 0;
       list[0] = '\0';
       for (size_t i = 0; i < n && o < sizeof list; i++) {
-        if (fs_lookup(fs, keys[i]) != NULL)
+        if (gang__fs_lookup(fs, keys[i]) != NULL)
           continue;
         if (shown++ == FS_SHOW_KEYS) {
           o += (size_t)snprintf(list + o, sizeof list - o, ", ...");
@@ -150,7 +150,7 @@ static gang_status fs_get(gang_store *st, const char *key, int64_t deadline,
                           void **value, size_t *len) {
   fs_store *fs = fs_of(st);
   GANG_CHECK(wait_keys(fs, "get", &key, 1, deadline));
-  fs_entry *e = fs_lookup(fs, key);
+  fs_entry *e = gang__fs_lookup(fs, key);
   uint8_t *v = dup_val(e->val, e->vlen);
   if (v == NULL)
     return gang__error(GANG_NO_MEMORY, "store file '%s': get '%s': %zu bytes",
@@ -164,10 +164,10 @@ static gang_status fs_check(gang_store *st, const char *const *keys, size_t n,
                             int64_t deadline, bool *all_exist) {
   (void)deadline;
   fs_store *fs = fs_of(st);
-  GANG_CHECK(fs_refresh(fs));
+  GANG_CHECK(gang__fs_refresh(fs));
   bool all = true;
   for (size_t i = 0; i < n && all; i++)
-    all = fs_lookup(fs, keys[i]) != NULL;
+    all = gang__fs_lookup(fs, keys[i]) != NULL;
   *all_exist = all;
   return GANG_OK;
 }
@@ -201,12 +201,12 @@ static gang_status fs_add(gang_store *st, const char *key, int64_t delta,
   (void)deadline;
   fs_store *fs = fs_of(st);
   GANG_CHECK(check_sizes(fs, key, 0));
-  GANG_CHECK(fs_lock(fs, LOCK_EX));
-  gang_status s = fs_catch_up(fs);
+  GANG_CHECK(gang__fs_lock(fs, LOCK_EX));
+  gang_status s = gang__fs_catch_up(fs);
   int64_t cur = 0, nv = 0;
   recbuf b = {0};
   if (s == GANG_OK) {
-    fs_entry *e = fs_lookup(fs, key);
+    fs_entry *e = gang__fs_lookup(fs, key);
     if (e != NULL && !parse_i64(e->val, e->vlen, &cur))
       s = gang__error(GANG_INVALID_USAGE,
                       "store file '%s': add '%s': the value (%zu bytes) is "
@@ -221,11 +221,11 @@ static gang_status fs_add(gang_store *st, const char *key, int64_t delta,
   if (s == GANG_OK) {
     char txt[24];
     int tl = snprintf(txt, sizeof txt, "%" PRId64, nv);
-    s = fs_rec_add(fs, &b, OP_SET, key, txt, (size_t)tl);
+    s = gang__fs_rec_add(fs, &b, OP_SET, key, txt, (size_t)tl);
   }
   if (s == GANG_OK)
-    s = fs_commit(fs, &b);
-  fs_unlock(fs);
+    s = gang__fs_commit(fs, &b);
+  gang__fs_unlock(fs);
   free(b.p);
   if (s == GANG_OK)
     *new_value = nv;
@@ -244,14 +244,14 @@ static gang_status fs_compare_set(gang_store *st, const char *key,
   (void)deadline;
   fs_store *fs = fs_of(st);
   GANG_CHECK(check_sizes(fs, key, dlen));
-  GANG_CHECK(fs_lock(fs, LOCK_EX));
-  gang_status s = fs_catch_up(fs);
+  GANG_CHECK(gang__fs_lock(fs, LOCK_EX));
+  gang_status s = gang__fs_catch_up(fs);
   recbuf b = {0};
   const void *now = NULL;
   size_t nlen = 0;
   uint8_t *copy = NULL;
   if (s == GANG_OK) {
-    fs_entry *e = fs_lookup(fs, key);
+    fs_entry *e = gang__fs_lookup(fs, key);
     bool swap = e ? (e->vlen == elen &&
                      (elen == 0 || memcmp(e->val, expected, elen) == 0))
                   : elen == 0;
@@ -262,11 +262,11 @@ static gang_status fs_compare_set(gang_store *st, const char *key,
       s = gang__error(GANG_NO_MEMORY, "store file '%s': out of memory",
                       fs->path);
     if (s == GANG_OK && swap)
-      s = fs_rec_add(fs, &b, OP_SET, key, desired, dlen);
+      s = gang__fs_rec_add(fs, &b, OP_SET, key, desired, dlen);
     if (s == GANG_OK && swap)
-      s = fs_commit(fs, &b);
+      s = gang__fs_commit(fs, &b);
   }
-  fs_unlock(fs);
+  gang__fs_unlock(fs);
   free(b.p);
   if (s != GANG_OK) {
     free(copy);
@@ -283,16 +283,16 @@ static gang_status fs_del(gang_store *st, const char *key, int64_t deadline,
                           bool *deleted) {
   (void)deadline;
   fs_store *fs = fs_of(st);
-  GANG_CHECK(fs_lock(fs, LOCK_EX));
-  gang_status s = fs_catch_up(fs);
+  GANG_CHECK(gang__fs_lock(fs, LOCK_EX));
+  gang_status s = gang__fs_catch_up(fs);
   bool existed = false;
   recbuf b = {0};
-  if (s == GANG_OK && (existed = fs_lookup(fs, key) != NULL)) {
-    s = fs_rec_add(fs, &b, OP_DEL, key, NULL, 0);
+  if (s == GANG_OK && (existed = gang__fs_lookup(fs, key) != NULL)) {
+    s = gang__fs_rec_add(fs, &b, OP_DEL, key, NULL, 0);
     if (s == GANG_OK)
-      s = fs_commit(fs, &b);
+      s = gang__fs_commit(fs, &b);
   }
-  fs_unlock(fs);
+  gang__fs_unlock(fs);
   free(b.p);
   if (s == GANG_OK)
     *deleted = existed;
@@ -302,7 +302,7 @@ static gang_status fs_del(gang_store *st, const char *key, int64_t deadline,
 static gang_status fs_num_keys(gang_store *st, int64_t deadline, int64_t *n) {
   (void)deadline;
   fs_store *fs = fs_of(st);
-  GANG_CHECK(fs_refresh(fs));
+  GANG_CHECK(gang__fs_refresh(fs));
   *n = (int64_t)fs->nkeys;
   return GANG_OK;
 }
@@ -312,11 +312,11 @@ static gang_status fs_append(gang_store *st, const char *key, const void *value,
   (void)deadline;
   fs_store *fs = fs_of(st);
   GANG_CHECK(check_sizes(fs, key, len));
-  GANG_CHECK(fs_lock(fs, LOCK_EX));
-  gang_status s = fs_catch_up(fs);
+  GANG_CHECK(gang__fs_lock(fs, LOCK_EX));
+  gang_status s = gang__fs_catch_up(fs);
   recbuf b = {0};
   if (s == GANG_OK) {
-    fs_entry *e = fs_lookup(fs, key);
+    fs_entry *e = gang__fs_lookup(fs, key);
     if (e != NULL && e->vlen + len > FS_MAX_VALUE)
       s = gang__error(GANG_INVALID_ARGUMENT,
                       "store file '%s': append to '%s' would make it %zu "
@@ -324,10 +324,10 @@ static gang_status fs_append(gang_store *st, const char *key, const void *value,
                       fs->path, key, e->vlen + len, FS_MAX_VALUE);
   }
   if (s == GANG_OK)
-    s = fs_rec_add(fs, &b, OP_APPEND, key, value, len);
+    s = gang__fs_rec_add(fs, &b, OP_APPEND, key, value, len);
   if (s == GANG_OK)
-    s = fs_commit(fs, &b);
-  fs_unlock(fs);
+    s = gang__fs_commit(fs, &b);
+  gang__fs_unlock(fs);
   free(b.p);
   return s;
 }
@@ -338,7 +338,7 @@ static gang_status fs_multi_get(gang_store *st, const char *const *keys,
   fs_store *fs = fs_of(st);
   GANG_CHECK(wait_keys(fs, "multi_get", keys, n, deadline));
   for (size_t i = 0; i < n; i++) {
-    fs_entry *e = fs_lookup(fs, keys[i]);
+    fs_entry *e = gang__fs_lookup(fs, keys[i]);
     values[i] = dup_val(e->val, e->vlen);
     if (values[i] == NULL) {
       for (size_t j = 0; j < i; j++) {
@@ -365,19 +365,19 @@ static gang_status fs_multi_set(gang_store *st, const char *const *keys,
   for (size_t i = 0; i < n && s == GANG_OK; i++) {
     s = check_sizes(fs, keys[i], lens[i]);
     if (s == GANG_OK)
-      s = fs_rec_add(fs, &b, OP_SET, keys[i], values[i], lens[i]);
+      s = gang__fs_rec_add(fs, &b, OP_SET, keys[i], values[i], lens[i]);
   }
-  if (s == GANG_OK && n > 0 && (s = fs_lock(fs, LOCK_EX)) == GANG_OK) {
-    s = fs_catch_up(fs);
+  if (s == GANG_OK && n > 0 && (s = gang__fs_lock(fs, LOCK_EX)) == GANG_OK) {
+    s = gang__fs_catch_up(fs);
     if (s == GANG_OK)
-      s = fs_commit(fs, &b);
-    fs_unlock(fs);
+      s = gang__fs_commit(fs, &b);
+    gang__fs_unlock(fs);
   }
   free(b.p);
   return s;
 }
 
-static void fs_close(gang_store *st) { fs_destroy(fs_of(st)); }
+static void fs_close(gang_store *st) { gang__fs_destroy(fs_of(st)); }
 
 static gang_status fs_open(const gang__store_target *at,
                            const gang_store_options *opts, int64_t timeout_ms,
@@ -385,7 +385,7 @@ static gang_status fs_open(const gang__store_target *at,
   (void)opts; /* the handle's timeout is all it would take from them */
   (void)timeout_ms;
   fs_store *fs;
-  GANG_CHECK(fs_log_open(at->path, &fs));
+  GANG_CHECK(gang__fs_log_open(at->path, &fs));
   GANG_INFO(STORE, "store file '%s': open, %zu keys in %" PRIu64 " bytes",
             at->path, fs->nkeys, fs->off);
   *impl = fs;

@@ -62,32 +62,32 @@ typedef struct recbuf {
 /* Opens (creating if needed) the file at path and replays all of it, so a
  * corrupted file fails here. On success *out is the caller's, freed with
  * fs_destroy. */
-gang_status fs_log_open(const char *path, fs_store **out);
+gang_status gang__fs_log_open(const char *path, fs_store **out);
 
 /* Closes the file and frees the table. Safe on a half-built store. */
-void fs_destroy(fs_store *fs);
+void gang__fs_destroy(fs_store *fs);
 
 /* The table's entry for key, or NULL. Borrowed: replaying may free it. */
-fs_entry *fs_lookup(fs_store *fs, const char *key);
+fs_entry *gang__fs_lookup(fs_store *fs, const char *key);
 
 /* flock(2) on the file, LOCK_SH to read or LOCK_EX to write (retrying
  * EINTR); blocks until granted. */
-gang_status fs_lock(fs_store *fs, int how);
-void fs_unlock(fs_store *fs);
+gang_status gang__fs_lock(fs_store *fs, int how);
+void gang__fs_unlock(fs_store *fs);
 
 /* Replays the records appended since the table was last brought up to
  * date. Call with the lock held. */
-gang_status fs_catch_up(fs_store *fs);
+gang_status gang__fs_catch_up(fs_store *fs);
 
-/* fs_catch_up under the shared lock. */
-gang_status fs_refresh(fs_store *fs);
+/* gang__fs_catch_up under the shared lock. */
+gang_status gang__fs_refresh(fs_store *fs);
 
 /* Adds a record (op OP_SET, OP_DEL or OP_APPEND) to b. */
-gang_status fs_rec_add(fs_store *fs, recbuf *b, int op, const char *key,
-                       const void *val, size_t vlen);
+gang_status gang__fs_rec_add(fs_store *fs, recbuf *b, int op, const char *key,
+                             const void *val, size_t vlen);
 
 /* Appends b's records with one write and replays them, so the table shows
  * them. Call with the exclusive lock held, after fs_catch_up. */
-gang_status fs_commit(fs_store *fs, recbuf *b);
+gang_status gang__fs_commit(fs_store *fs, recbuf *b);
 
 #endif

@@ -44,7 +44,7 @@ static fs_entry **slot_of(fs_store *fs, const char *key, size_t klen,
   return pp;
 }
 
-fs_entry *fs_lookup(fs_store *fs, const char *key) {
+fs_entry *gang__fs_lookup(fs_store *fs, const char *key) {
   size_t klen = strlen(key);
   return *slot_of(fs, key, klen, fnv64(key, klen));
 }
@@ -218,7 +218,7 @@ static gang_status corrupt(fs_store *fs, uint64_t at, const char *why) {
 }
 
 /* Replays the records appended since fs->off. Call with the lock held. */
-gang_status fs_catch_up(fs_store *fs) {
+gang_status gang__fs_catch_up(fs_store *fs) {
   struct stat sb;
   if (fstat(fs->fd, &sb) != 0)
     return gang__error_errno(GANG_SYSTEM, errno, "store file '%s': fstat",
@@ -297,7 +297,7 @@ gang_status fs_catch_up(fs_store *fs) {
  * mounted with "nolock" or "local_lock=flock". Taking the lock also makes
  * the NFS client revalidate its cache, so the fstat and reads that follow
  * see what other hosts wrote before they unlocked. */
-gang_status fs_lock(fs_store *fs, int how) {
+gang_status gang__fs_lock(fs_store *fs, int how) {
   while (flock(fs->fd, how) != 0) {
     if (errno != EINTR)
       return gang__error_errno(GANG_SYSTEM, errno, "store file '%s': flock",
@@ -306,10 +306,10 @@ gang_status fs_lock(fs_store *fs, int how) {
   return GANG_OK;
 }
 
-void fs_unlock(fs_store *fs) { flock(fs->fd, LOCK_UN); }
+void gang__fs_unlock(fs_store *fs) { flock(fs->fd, LOCK_UN); }
 
-gang_status fs_rec_add(fs_store *fs, recbuf *b, int op, const char *key,
-                       const void *val, size_t vlen) {
+gang_status gang__fs_rec_add(fs_store *fs, recbuf *b, int op, const char *key,
+                             const void *val, size_t vlen) {
   size_t klen = strlen(key), need = REC_HDR + klen + vlen;
   if (b->cap - b->len < need) {
     size_t cap = b->cap ? b->cap : 256;
@@ -360,20 +360,20 @@ static gang_status rec_write(fs_store *fs, recbuf *b) {
 }
 
 /* Writes the records in b and then replays them, so the table shows them. */
-gang_status fs_commit(fs_store *fs, recbuf *b) {
+gang_status gang__fs_commit(fs_store *fs, recbuf *b) {
   GANG_CHECK(rec_write(fs, b));
-  return fs_catch_up(fs);
+  return gang__fs_catch_up(fs);
 }
 
 /* Replays under the shared lock. */
-gang_status fs_refresh(fs_store *fs) {
-  GANG_CHECK(fs_lock(fs, LOCK_SH));
-  gang_status s = fs_catch_up(fs);
-  fs_unlock(fs);
+gang_status gang__fs_refresh(fs_store *fs) {
+  GANG_CHECK(gang__fs_lock(fs, LOCK_SH));
+  gang_status s = gang__fs_catch_up(fs);
+  gang__fs_unlock(fs);
   return s;
 }
 
-void fs_destroy(fs_store *fs) {
+void gang__fs_destroy(fs_store *fs) {
   if (fs == NULL)
     return;
   for (size_t i = 0; i < fs->nbuckets; i++)
@@ -431,7 +431,7 @@ static gang_status init_header(fs_store *fs) {
   return GANG_OK;
 }
 
-gang_status fs_log_open(const char *path, fs_store **out) {
+gang_status gang__fs_log_open(const char *path, fs_store **out) {
   fs_store *fs = calloc(1, sizeof *fs);
   if (fs == NULL)
     return gang__error(GANG_NO_MEMORY, "store file: out of memory");
@@ -441,7 +441,7 @@ gang_status fs_log_open(const char *path, fs_store **out) {
   fs->buckets = calloc(fs->nbuckets, sizeof *fs->buckets);
   fs->cache = malloc(FS_CACHE);
   if (fs->path == NULL || fs->buckets == NULL || fs->cache == NULL) {
-    fs_destroy(fs);
+    gang__fs_destroy(fs);
     return gang__error(GANG_NO_MEMORY, "store file '%s': out of memory", path);
   }
   gang_status s;
@@ -451,18 +451,18 @@ gang_status fs_log_open(const char *path, fs_store **out) {
                               ? GANG_INVALID_ARGUMENT
                               : GANG_SYSTEM,
                           errno, "store file '%s': open", path);
-    fs_destroy(fs);
+    gang__fs_destroy(fs);
     return s;
   }
   /* Check the whole log now, so a corrupted file fails at open. */
-  if ((s = fs_lock(fs, LOCK_EX)) == GANG_OK) {
+  if ((s = gang__fs_lock(fs, LOCK_EX)) == GANG_OK) {
     s = init_header(fs);
     if (s == GANG_OK)
-      s = fs_catch_up(fs);
-    fs_unlock(fs);
+      s = gang__fs_catch_up(fs);
+    gang__fs_unlock(fs);
   }
   if (s != GANG_OK) {
-    fs_destroy(fs);
+    gang__fs_destroy(fs);
     return s;
   }
   *out = fs;

@@ -69,7 +69,7 @@ static void accept_some(gang_store_server *s, int64_t now) {
       close(fd);
       continue;
     }
-    store_conn_open(s, fd, now);
+    gang__store_conn_open(s, fd, now);
   }
 }
 
@@ -81,7 +81,7 @@ static int next_timeout_ms(gang_store_server *s, int64_t now) {
   int64_t next = s->retired ? s->retire_by : GANG_DEADLINE_NONE;
   if (s->hs_head && s->hs_head->hs_deadline < next)
     next = s->hs_head->hs_deadline;
-  for (conn *c = s->parked; c; c = c->pk_next)
+  for (gang__store_conn *c = s->parked; c; c = c->pk_next)
     if (c->deadline < next)
       next = c->deadline;
   if (s->accept_paused && s->accept_resume < next)
@@ -94,17 +94,17 @@ static int next_timeout_ms(gang_store_server *s, int64_t now) {
 
 static void expire(gang_store_server *s, int64_t now) {
   while (s->hs_head && s->hs_head->hs_deadline <= now) {
-    conn *c = s->hs_head;
+    gang__store_conn *c = s->hs_head;
     GANG_INFO(STORE,
               "store server: %s did not finish the handshake within %" PRId64
               " ms: dropped",
               c->peer, s->hs_timeout_ms);
-    store_conn_close(s, c);
+    gang__store_conn_close(s, c);
   }
-  for (conn *c = s->parked, *next; c; c = next) {
+  for (gang__store_conn *c = s->parked, *next; c; c = next) {
     next = c->pk_next;
     if (c->deadline <= now) {
-      store_conn_expire(s, c);
+      gang__store_conn_expire(s, c);
     }
   }
   if (s->accept_paused && s->accept_resume <= now) {
@@ -200,37 +200,37 @@ static void *server_main(void *arg) {
       } else if (p == &tag_listener) {
         accept_some(s, now);
       } else {
-        conn *c = p;
+        gang__store_conn *c = p;
         if (c->dead)
           continue;
         if (evs[i].events & (EPOLLERR | EPOLLHUP | EPOLLRDHUP)) {
           /* The peer is gone (or half-closed, which a client never does):
            * a parked request would otherwise wait for its deadline. */
           GANG_TRACE(STORE, "store server: %s hung up", c->peer);
-          store_conn_close(s, c);
+          gang__store_conn_close(s, c);
           continue;
         }
-        store_conn_run(s, c);
+        gang__store_conn_run(s, c);
       }
     }
     expire(s, now);
     /* Run what became runnable, including what runs during this pass
      * (a set waking a waiter): the list is consumed from the head. */
     while (s->run_head) {
-      conn *c = s->run_head;
+      gang__store_conn *c = s->run_head;
       s->run_head = c->run_next;
       if (s->run_head == NULL)
         s->run_tail = NULL;
       c->runnable = false;
-      store_conn_run(s, c);
+      gang__store_conn_run(s, c);
       if (c == s->run_tail && c->runnable)
         break; /* yielded after its budget: let epoll have a turn */
     }
     /* A closed connection still on the runnable list (the pass above
      * stopped early) is freed once it has left the list. */
-    conn *keep = NULL;
+    gang__store_conn *keep = NULL;
     while (s->dead) {
-      conn *c = s->dead;
+      gang__store_conn *c = s->dead;
       s->dead = c->dead_next;
       if (c->runnable) {
         c->dead_next = keep;
@@ -311,13 +311,13 @@ static gang_status size_opt(const char *name, size_t v, gang__setting_id id,
 
 static void server_free(gang_store_server *s) {
   if (s->kv) {
-    for (conn *c = s->all; c;) {
-      conn *next = c->next;
-      store_conn_close(s, c);
+    for (gang__store_conn *c = s->all; c;) {
+      gang__store_conn *next = c->next;
+      gang__store_conn_close(s, c);
       c = next;
     }
     while (s->dead) {
-      conn *c = s->dead;
+      gang__store_conn *c = s->dead;
       s->dead = c->dead_next;
       free(c);
     }
@@ -406,7 +406,7 @@ gang_status gang_store_server_start(const gang_store_server_options *opts,
     st = gang__error(GANG_NO_MEMORY, "gang_store_server_start: no memory");
     goto fail;
   }
-  s->kv = gang__kv_create(&s->caps, (size_t)total, store_conn_on_wake, s);
+  s->kv = gang__kv_create(&s->caps, (size_t)total, gang__store_conn_on_wake, s);
   if (s->kv == NULL) {
     st = gang__error(GANG_NO_MEMORY,
                      "gang_store_server_start: cannot create the table");

@@ -42,7 +42,7 @@
 
 /* ---- Lists ------------------------------------------------------------- */
 
-static void hs_remove(gang_store_server *s, conn *c) {
+static void hs_remove(gang_store_server *s, gang__store_conn *c) {
   if (!c->in_hs)
     return;
   if (c->hs_prev)
@@ -56,7 +56,7 @@ static void hs_remove(gang_store_server *s, conn *c) {
   c->in_hs = false;
 }
 
-static void park_remove(gang_store_server *s, conn *c) {
+static void park_remove(gang_store_server *s, gang__store_conn *c) {
   if (!c->parked)
     return;
   atomic_fetch_sub_explicit(&s->nparked, 1, memory_order_relaxed);
@@ -69,7 +69,7 @@ static void park_remove(gang_store_server *s, conn *c) {
   c->parked = false;
 }
 
-static void make_runnable(gang_store_server *s, conn *c) {
+static void make_runnable(gang_store_server *s, gang__store_conn *c) {
   if (c->runnable || c->dead)
     return;
   c->runnable = true;
@@ -83,17 +83,17 @@ static void make_runnable(gang_store_server *s, conn *c) {
 
 /* kv wake callback: a key this connection waits for appeared. The kv has
  * already unparked it. */
-void store_conn_on_wake(void *owner, void *ctx) {
+void gang__store_conn_on_wake(void *owner, void *ctx) {
   gang_store_server *s = ctx;
-  conn *c = owner;
+  gang__store_conn *c = owner;
   park_remove(s, c);
   make_runnable(s, c);
 }
 
 /* ---- Connection lifetime ------------------------------------------------ */
 
-void store_conn_open(gang_store_server *s, int fd, int64_t now) {
-  conn *c = calloc(1, sizeof *c);
+void gang__store_conn_open(gang_store_server *s, int fd, int64_t now) {
+  gang__store_conn *c = calloc(1, sizeof *c);
   struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET};
   ev.data.ptr = c;
   if (c == NULL || epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
@@ -141,7 +141,7 @@ void store_conn_open(gang_store_server *s, int fd, int64_t now) {
 }
 
 /* Re-charges the kv for the connection's buffer capacity. */
-static void recharge(gang_store_server *s, conn *c) {
+static void recharge(gang_store_server *s, gang__store_conn *c) {
   size_t now = c->in.cap + c->out.cap;
   gang__kv_charge(s->kv, (int64_t)now - (int64_t)c->charged, true);
   c->charged = now;
@@ -149,7 +149,7 @@ static void recharge(gang_store_server *s, conn *c) {
 
 /* A watched connection's departure: its key's rest, appended to the log
  * key through the kv (which wakes the log's waiters). */
-static void log_departure(gang_store_server *s, conn *c) {
+static void log_departure(gang_store_server *s, gang__store_conn *c) {
   store_watch *wt = atomic_load_explicit(&s->watch, memory_order_acquire);
   if (wt == NULL || c->watched[0] == '\0')
     return;
@@ -177,7 +177,7 @@ static void log_departure(gang_store_server *s, conn *c) {
   c->watched[0] = '\0';
 }
 
-void store_conn_close(gang_store_server *s, conn *c) {
+void gang__store_conn_close(gang_store_server *s, gang__store_conn *c) {
   if (c->dead)
     return;
   log_departure(s, c);
@@ -206,7 +206,7 @@ void store_conn_close(gang_store_server *s, conn *c) {
 /* Sends what it can of an error reply and closes: for protocol violations
  * and refused handshakes. The reply is small, so it fits in the socket
  * buffer; a peer that sent more than we read may see a reset instead. */
-static void conn_fail(gang_store_server *s, conn *c) {
+static void conn_fail(gang_store_server *s, gang__store_conn *c) {
   if (c->out.len > c->out_off) {
     ssize_t w;
     do
@@ -214,10 +214,10 @@ static void conn_fail(gang_store_server *s, conn *c) {
                MSG_NOSIGNAL);
     while (w < 0 && errno == EINTR);
   }
-  store_conn_close(s, c);
+  gang__store_conn_close(s, c);
 }
 
-void store_conn_expire(gang_store_server *s, conn *c) {
+void gang__store_conn_expire(gang_store_server *s, gang__store_conn *c) {
   gang__kv_unpark(s->kv, &c->park);
   park_remove(s, c);
   c->expired = true;
@@ -226,7 +226,8 @@ void store_conn_expire(gang_store_server *s, conn *c) {
 
 /* ---- Handshake ---------------------------------------------------------- */
 
-static void send_server_hello(gang_store_server *s, conn *c, uint32_t status) {
+static void send_server_hello(gang_store_server *s, gang__store_conn *c,
+                              uint32_t status) {
   gang__store_server_hello h;
   memset(&h, 0, sizeof h);
   h.magic = GANG_STORE_MAGIC;
@@ -247,7 +248,8 @@ static void send_server_hello(gang_store_server *s, conn *c, uint32_t status) {
   recharge(s, c);
 }
 
-static void send_auth_result(gang_store_server *s, conn *c, uint32_t rc) {
+static void send_auth_result(gang_store_server *s, gang__store_conn *c,
+                             uint32_t rc) {
   if (gang__store_buf_reserve(&c->out, GANG_STORE_AUTH_RESULT_BYTES) ==
       GANG_OK) {
     gang__put_u32(c->out.p + c->out.len, rc);
@@ -257,13 +259,13 @@ static void send_auth_result(gang_store_server *s, conn *c, uint32_t rc) {
 }
 
 /* A complete client hello is in c->hs. Returns false if c was closed. */
-static bool on_hello(gang_store_server *s, conn *c) {
+static bool on_hello(gang_store_server *s, gang__store_conn *c) {
   gang__store_client_hello h;
   gang__store_client_hello_decode(c->hs, &h);
   memcpy(c->nonce_c, h.nonce, sizeof c->nonce_c);
   if (gang__auth_random(c->nonce_s, sizeof c->nonce_s) != GANG_OK) {
     GANG_WARN(STORE, "store server: %s", gang_last_error());
-    store_conn_close(s, c);
+    gang__store_conn_close(s, c);
     return false;
   }
   if (h.version != GANG_STORE_VERSION || h.kind != GANG_STORE_KIND_CLIENT) {
@@ -289,7 +291,7 @@ static bool on_hello(gang_store_server *s, conn *c) {
   return true;
 }
 
-static bool on_auth(gang_store_server *s, conn *c) {
+static bool on_auth(gang_store_server *s, gang__store_conn *c) {
   if (!gang__auth_check(s->secret, GANG_AUTH_CLIENT_PROOF, c->nonce_c,
                         c->nonce_s, c->hs)) {
     GANG_WARN(STORE,
@@ -308,7 +310,7 @@ static bool on_auth(gang_store_server *s, conn *c) {
 
 /* Reads handshake bytes. Returns 1 to continue, 0 to wait for input, -1
  * when the connection was closed. */
-static int handshake_read(gang_store_server *s, conn *c) {
+static int handshake_read(gang_store_server *s, gang__store_conn *c) {
   size_t need = c->state == C_HELLO ? GANG_STORE_CLIENT_HELLO_BYTES
                                     : GANG_STORE_AUTH_BYTES;
   ssize_t r = recv(c->fd, c->hs + c->hs_len, need - c->hs_len, 0);
@@ -316,7 +318,7 @@ static int handshake_read(gang_store_server *s, conn *c) {
     return 0;
   if (r <= 0) {
     GANG_INFO(STORE, "store server: %s closed during the handshake", c->peer);
-    store_conn_close(s, c);
+    gang__store_conn_close(s, c);
     return -1;
   }
   size_t before = c->hs_len;
@@ -327,7 +329,7 @@ static int handshake_read(gang_store_server *s, conn *c) {
               "store server: %s sent magic 0x%08x, not a gang store client: "
               "closed",
               c->peer, gang__get_u32(c->hs));
-    store_conn_close(s, c);
+    gang__store_conn_close(s, c);
     return -1;
   }
   if (c->hs_len < need)
@@ -339,7 +341,8 @@ static int handshake_read(gang_store_server *s, conn *c) {
 /* ---- Requests ----------------------------------------------------------- */
 
 /* Protocol violation: tell the peer why, then close. */
-static void protocol_error(gang_store_server *s, conn *c, const char *why) {
+static void protocol_error(gang_store_server *s, gang__store_conn *c,
+                           const char *why) {
   GANG_INFO(STORE, "store server: %s: %s: connection closed", c->peer, why);
   c->out.len = c->out_off = 0;
   gang__store_rep_error(&c->out, GANG_STORE_RC_PROTOCOL, "%s", why);
@@ -349,7 +352,7 @@ static void protocol_error(gang_store_server *s, conn *c, const char *why) {
 
 /* Consumes the frame of `flen` bytes (length field included) at the head
  * of the input buffer. */
-static void consume(gang_store_server *s, conn *c, size_t flen) {
+static void consume(gang_store_server *s, gang__store_conn *c, size_t flen) {
   memmove(c->in.p, c->in.p + flen, c->in.len - flen);
   c->in.len -= flen;
   if (c->in.len == 0) {
@@ -362,7 +365,7 @@ static void consume(gang_store_server *s, conn *c, size_t flen) {
 /* Runs the request at the head of the input buffer if it is complete.
  * Returns 1 if one ran (or parked), 0 if more input is needed, -1 if the
  * connection was closed. */
-static int run_request(gang_store_server *s, conn *c) {
+static int run_request(gang_store_server *s, gang__store_conn *c) {
   uint32_t len;
   uint8_t op;
   if (!gang__store_frame_header(c->in.p, c->in.len, &len, &op))
@@ -408,7 +411,7 @@ static int run_request(gang_store_server *s, conn *c) {
   if (r == GANG_KV_FAILED) {
     GANG_WARN(STORE, "store server: out of memory replying to %s: closed",
               c->peer);
-    store_conn_close(s, c);
+    gang__store_conn_close(s, c);
     return -1;
   }
   if (r == GANG_KV_PARKED) {
@@ -430,7 +433,7 @@ static int run_request(gang_store_server *s, conn *c) {
 
 /* Reads request bytes. Returns 1 if bytes arrived, 0 on EAGAIN, -1 when
  * the connection was closed. */
-static int request_read(gang_store_server *s, conn *c) {
+static int request_read(gang_store_server *s, gang__store_conn *c) {
   if (c->in.len == c->in.cap) {
     /* Grow with what actually arrives: double, but never past the frame
      * being received (a peer that announces 64 MiB and sends nothing gets
@@ -461,14 +464,14 @@ static int request_read(gang_store_server *s, conn *c) {
                 "store server: %s: the memory cap of %zu bytes is reached "
                 "(%zu in use): closed",
                 c->peer, gang__kv_max(s->kv), gang__kv_used(s->kv));
-      store_conn_close(s, c);
+      gang__store_conn_close(s, c);
       return -1;
     }
     uint8_t *p = realloc(c->in.p, cap);
     if (p == NULL) {
       gang__kv_charge(s->kv, -(int64_t)(cap - c->in.cap), true);
       GANG_WARN(STORE, "store server: out of memory reading from %s", c->peer);
-      store_conn_close(s, c);
+      gang__store_conn_close(s, c);
       return -1;
     }
     c->in.p = p;
@@ -489,7 +492,7 @@ static int request_read(gang_store_server *s, conn *c) {
                 strerror(errno));
     else
       GANG_TRACE(STORE, "store server: %s disconnected", c->peer);
-    store_conn_close(s, c);
+    gang__store_conn_close(s, c);
     return -1;
   }
   c->in.len += (size_t)r;
@@ -498,14 +501,14 @@ static int request_read(gang_store_server *s, conn *c) {
 
 /* Skips the rest of a frame refused for memory. Returns 1 when done (the
  * NO_MEMORY reply is queued) or progress was made, 0 on EAGAIN, -1 closed. */
-static int discard_read(gang_store_server *s, conn *c) {
+static int discard_read(gang_store_server *s, gang__store_conn *c) {
   uint8_t scratch[16384];
   size_t want = c->discard < sizeof scratch ? c->discard : sizeof scratch;
   ssize_t r = recv(c->fd, scratch, want, 0);
   if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
     return 0;
   if (r <= 0) {
-    store_conn_close(s, c);
+    gang__store_conn_close(s, c);
     return -1;
   }
   c->discard -= (size_t)r;
@@ -527,7 +530,7 @@ static int discard_read(gang_store_server *s, conn *c) {
 }
 
 /* Sends pending output. Returns 1 when all sent, 0 on EAGAIN, -1 closed. */
-static int flush(gang_store_server *s, conn *c) {
+static int flush(gang_store_server *s, gang__store_conn *c) {
   while (c->out_off < c->out.len) {
     ssize_t w = send(c->fd, c->out.p + c->out_off, c->out.len - c->out_off,
                      MSG_NOSIGNAL);
@@ -538,7 +541,7 @@ static int flush(gang_store_server *s, conn *c) {
     if (w < 0) {
       GANG_INFO(STORE, "store server: write to %s: %s: closed", c->peer,
                 strerror(errno));
-      store_conn_close(s, c);
+      gang__store_conn_close(s, c);
       return -1;
     }
     c->out_off += (size_t)w;
@@ -551,7 +554,7 @@ static int flush(gang_store_server *s, conn *c) {
 
 /* Advances a connection as far as it can go without blocking; yields to
  * others (via the runnable list) after a batch of requests. */
-void store_conn_run(gang_store_server *s, conn *c) {
+void gang__store_conn_run(gang_store_server *s, gang__store_conn *c) {
   int budget = 64;
   while (!c->dead) {
     if (c->out_off < c->out.len) {

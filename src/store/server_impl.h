@@ -18,13 +18,13 @@
 
 typedef enum { C_HELLO, C_AUTH, C_READY } conn_state;
 
-typedef struct conn conn;
-struct conn {
-  conn *prev, *next;       /* every connection */
-  conn *hs_prev, *hs_next; /* handshake list (deadline order) */
-  conn *pk_prev, *pk_next; /* parked list */
-  conn *run_next;          /* runnable list */
-  conn *dead_next;         /* to free at the end of the iteration */
+typedef struct gang__store_conn gang__store_conn;
+struct gang__store_conn {
+  gang__store_conn *prev, *next;       /* every connection */
+  gang__store_conn *hs_prev, *hs_next; /* handshake list (deadline order) */
+  gang__store_conn *pk_prev, *pk_next; /* parked list */
+  gang__store_conn *run_next;          /* runnable list */
+  gang__store_conn *dead_next;         /* to free at the end of the iteration */
   int fd;
   conn_state state;
   bool in_hs, parked, runnable, dead;
@@ -62,12 +62,12 @@ struct gang_store_server {
   int max_clients;
   int64_t hs_timeout_ms;
   gang__kv *kv;
-  conn *all;
+  gang__store_conn *all;
   int nconns;
-  conn *hs_head, *hs_tail;
-  conn *parked;
-  conn *run_head, *run_tail;
-  conn *dead;
+  gang__store_conn *hs_head, *hs_tail;
+  gang__store_conn *parked;
+  gang__store_conn *run_head, *run_tail;
+  gang__store_conn *dead;
   bool accept_paused;
   int64_t accept_resume;
   int64_t last_full_warn;
@@ -88,21 +88,21 @@ struct gang_store_server {
 /* Makes a connection of the accepted socket fd, which it owns from now on
  * (closed if the connection cannot be registered, with a WARN), and starts
  * its handshake deadline from `now`. */
-void store_conn_open(gang_store_server *s, int fd, int64_t now);
+void gang__store_conn_open(gang_store_server *s, int fd, int64_t now);
 
 /* Advances a connection as far as it can go without blocking; yields to
  * others (via the runnable list) after a batch of requests. */
-void store_conn_run(gang_store_server *s, conn *c);
+void gang__store_conn_run(gang_store_server *s, gang__store_conn *c);
 
 /* Closes the socket, leaves every list and puts c on s->dead to be freed at
  * the end of the loop iteration. Safe on a closed connection. */
-void store_conn_close(gang_store_server *s, conn *c);
+void gang__store_conn_close(gang_store_server *s, gang__store_conn *c);
 
 /* The parked request's deadline passed: unparks it and makes it runnable,
  * to be answered TIMEOUT. */
-void store_conn_expire(gang_store_server *s, conn *c);
+void gang__store_conn_expire(gang_store_server *s, gang__store_conn *c);
 
 /* The kv's wake callback (owner: the conn, ctx: the server). */
-void store_conn_on_wake(void *owner, void *ctx);
+void gang__store_conn_on_wake(void *owner, void *ctx);
 
 #endif

@@ -90,8 +90,8 @@ static gang_status make_dim(gang_t *root, const int *shape, int ndim, int dim,
   if (shape[dim] == 1)
     return fake1(gang_get_device(root), nd, out);
   bool owned = false;
-  GANG_CHECK(
-      topo__create_groups(root, NULL, shape, ndim, 1u << dim, out, &owned));
+  GANG_CHECK(gang__topo_create_groups(root, NULL, shape, ndim, 1u << dim, out,
+                                      &owned));
   if (owned)
     node_own(nd, *out);
   return GANG_OK;

@@ -9,7 +9,7 @@
 
 #include "core/error.h"
 
-int topo__group_count(const int *shape, int ndim, unsigned vary) {
+int gang__topo_group_count(const int *shape, int ndim, unsigned vary) {
   int n = 1;
   for (int d = 0; d < ndim; d++)
     if (!(vary & (1u << d)))
@@ -17,7 +17,7 @@ int topo__group_count(const int *shape, int ndim, unsigned vary) {
   return n;
 }
 
-int topo__group_size(const int *shape, int ndim, unsigned vary) {
+int gang__topo_group_size(const int *shape, int ndim, unsigned vary) {
   int n = 1;
   for (int d = 0; d < ndim; d++)
     if (vary & (1u << d))
@@ -39,8 +39,8 @@ static int place(const int *shape, const int *stride, int ndim, unsigned vary,
   return flat;
 }
 
-void topo__group_members(const int *shape, int ndim, unsigned vary, int gi,
-                         int *out) {
+void gang__topo_group_members(const int *shape, int ndim, unsigned vary, int gi,
+                              int *out) {
   int stride[TOPO_MAX_DIMS];
   int s = 1;
   for (int d = ndim - 1; d >= 0; d--) {
@@ -48,17 +48,17 @@ void topo__group_members(const int *shape, int ndim, unsigned vary, int gi,
     s *= shape[d];
   }
   int base = place(shape, stride, ndim, vary, false, gi);
-  int n = topo__group_size(shape, ndim, vary);
+  int n = gang__topo_group_size(shape, ndim, vary);
   for (int j = 0; j < n; j++)
     out[j] = base + place(shape, stride, ndim, vary, true, j);
 }
 
-gang_status topo__create_groups(gang_t *parent, const int *map,
-                                const int *shape, int ndim, unsigned vary,
-                                gang_t **mine, bool *owned) {
+gang_status gang__topo_create_groups(gang_t *parent, const int *map,
+                                     const int *shape, int ndim, unsigned vary,
+                                     gang_t **mine, bool *owned) {
   int me = gang_rank(parent), psize = gang_size(parent);
-  int count = topo__group_count(shape, ndim, vary);
-  int n = topo__group_size(shape, ndim, vary);
+  int count = gang__topo_group_count(shape, ndim, vary);
+  int n = gang__topo_group_size(shape, ndim, vary);
   int *pos = malloc(sizeof *pos * (size_t)n);
   int *ranks = malloc(sizeof *ranks * (size_t)n);
   if (pos == NULL || ranks == NULL) {
@@ -70,7 +70,7 @@ gang_status topo__create_groups(gang_t *parent, const int *map,
   bool result_owned = false;
   gang_status st = GANG_OK;
   for (int gi = 0; gi < count; gi++) {
-    topo__group_members(shape, ndim, vary, gi, pos);
+    gang__topo_group_members(shape, ndim, vary, gi, pos);
     bool member = false, whole = n == psize;
     for (int j = 0; j < n; j++) {
       ranks[j] = map ? map[pos[j]] : pos[j];

@@ -13,15 +13,15 @@
 
 /* Number of groups, and members per group, when the dimensions in the
  * bitmask `vary` vary and the others are fixed. */
-int topo__group_count(const int *shape, int ndim, unsigned vary);
-int topo__group_size(const int *shape, int ndim, unsigned vary);
+int gang__topo_group_count(const int *shape, int ndim, unsigned vary);
+int gang__topo_group_size(const int *shape, int ndim, unsigned vary);
 
 /* Flat (row-major) grid positions of group `gi`: groups are numbered in
  * row-major order of the fixed dimensions, members in row-major order of
  * the varying ones (so a one-dimension group is ordered by that
- * coordinate). out holds topo__group_size entries. */
-void topo__group_members(const int *shape, int ndim, unsigned vary, int gi,
-                         int *out);
+ * coordinate). out holds gang__topo_group_size entries. */
+void gang__topo_group_members(const int *shape, int ndim, unsigned vary, int gi,
+                              int *out);
 
 /* Creates, as sub-gangs of `parent`, every group of the grid whose position
  * i holds parent rank map[i] (map NULL: rank i), and returns this rank's
@@ -30,8 +30,8 @@ void topo__group_members(const int *shape, int ndim, unsigned vary, int gi,
  * itself (*owned = false). Collective over parent: every rank must call it
  * with the same grid, and creates every group in the same order. On error
  * nothing is left allocated. */
-gang_status topo__create_groups(gang_t *parent, const int *map,
-                                const int *shape, int ndim, unsigned vary,
-                                gang_t **mine, bool *owned);
+gang_status gang__topo_create_groups(gang_t *parent, const int *map,
+                                     const int *shape, int ndim, unsigned vary,
+                                     gang_t **mine, bool *owned);
 
 #endif

@@ -200,8 +200,9 @@ static gang_status create(const char *fn, gang_t *g, const int *ranks,
   if (g != NULL) {
     /* PyTorch's order: every group of dimension 0, then of 1, ... */
     for (int d = 0; d < ndim; d++)
-      GANG_CHECK_GOTO(topo__create_groups(g, c->map, c->shape, ndim, 1u << d,
-                                          &c->groups[d], &c->owned[d]),
+      GANG_CHECK_GOTO(gang__topo_create_groups(g, c->map, c->shape, ndim,
+                                               1u << d, &c->groups[d],
+                                               &c->owned[d]),
                       st, fail);
   }
   int dims[GANG_MESH_MAX_DIMS];
@@ -449,8 +450,8 @@ gang_status gang_mesh_flatten(gang_mesh *m, const char *name, gang_t **out) {
   if (e.name == NULL)
     return gang__error(GANG_NO_MEMORY, "%s: out of memory", fn);
   if (c->gang != NULL) {
-    gang_status st = topo__create_groups(c->gang, c->map, c->shape, c->ndim,
-                                         mask, &e.g, &e.owned);
+    gang_status st = gang__topo_create_groups(c->gang, c->map, c->shape,
+                                              c->ndim, mask, &e.g, &e.owned);
     if (st != GANG_OK) {
       free(e.name);
       return gang__error_wrap(st, "%s('%s')", fn, name);

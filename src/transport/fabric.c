@@ -28,10 +28,10 @@ bool gang__fabric_peer_left(gang__fabric *f, int peer, char *why, size_t cap) {
   if (peer < 0 || peer >= f->size || peer == f->rank)
     return false;
   pthread_mutex_lock(&f->mu);
-  const conn *c = &f->conns[peer];
+  const gang__fabric_conn *c = &f->conns[peer];
   bool left = c->bye && c->dead;
   if (left && why != NULL && cap > 0)
-    fabric_left_text(c, why, cap);
+    gang__fabric_left_text(c, why, cap);
   pthread_mutex_unlock(&f->mu);
   return left;
 }
@@ -63,15 +63,15 @@ int gang__fabric_peer_fd(const gang__fabric *f, int peer) {
 
 /* ---- Failure ------------------------------------------------------------- */
 
-void fabric_complete(gang__fabric *f, gang__xfer *x) {
+void gang__fabric_complete(gang__fabric *f, gang__xfer *x) {
   (void)f;
   x->done = true;
   x->grp->remaining--;
 }
 
-void fabric_abandon(gang__fabric *f, gang__xfer *x) {
+void gang__fabric_abandon(gang__fabric *f, gang__xfer *x) {
   x->grp->failed = true;
-  fabric_complete(f, x);
+  gang__fabric_complete(f, x);
 }
 
 /* Completes and forgets every transfer on q: they live on their callers'
@@ -81,7 +81,7 @@ static void fail_queue(gang__fabric *f, struct xfer_queue *q) {
   TAILQ_FOREACH(x, q, link) {
     x->linked = false;
     if (!x->done)
-      fabric_abandon(f, x);
+      gang__fabric_abandon(f, x);
   }
   TAILQ_INIT(q);
 }
@@ -124,9 +124,9 @@ static bool write_by(int fd, struct iovec *iov, int n, int64_t deadline) {
 /* The bytes of x's DATA frame on c from x->off up to frame offset `lim`
  * (at least its head): what is left of the head (c->shdr) and of the
  * payload. Returns how many iovecs it filled. */
-static int frame_iov(conn *c, const gang__xfer *x, size_t lim,
+static int frame_iov(gang__fabric_conn *c, const gang__xfer *x, size_t lim,
                      struct iovec iov[2]) {
-  size_t head = fabric_frame_head(FRAME_DATA, x->len);
+  size_t head = gang__fabric_frame_head(FRAME_DATA, x->len);
   int n = 0;
   if (x->off < head)
     iov[n++] = (struct iovec){c->shdr + x->off, head - x->off};
@@ -139,9 +139,11 @@ static int frame_iov(conn *c, const gang__xfer *x, size_t lim,
 /* Finishes the DATA frame x had half written to c, so that a reason can
  * follow it on the stream; false if the peer did not take it in time.
  * x's buffer is still the caller's: x has not completed. */
-static bool finish_frame(conn *c, gang__xfer *x, int64_t deadline) {
+static bool finish_frame(gang__fabric_conn *c, gang__xfer *x,
+                         int64_t deadline) {
   struct iovec iov[2];
-  int n = frame_iov(c, x, fabric_frame_head(FRAME_DATA, x->len) + x->len, iov);
+  int n = frame_iov(c, x, gang__fabric_frame_head(FRAME_DATA, x->len) + x->len,
+                    iov);
   return write_by(c->fd, iov, n, deadline);
 }
 
@@ -154,7 +156,7 @@ static void end_conns(gang__fabric *f, const struct iovec *msg, int n,
                       int how) {
   int64_t deadline = gang__deadline_in_ms(FAIL_WRITE_MS);
   for (int p = 0; p < f->size; p++) {
-    conn *c = &f->conns[p];
+    gang__fabric_conn *c = &f->conns[p];
     if (p == f->rank || c->fd < 0)
       continue;
     gang__xfer *h = TAILQ_FIRST(&c->sq);
@@ -168,11 +170,11 @@ static void end_conns(gang__fabric *f, const struct iovec *msg, int n,
     fail_queue(f, &c->sq);
     fail_queue(f, &c->posted);
     if (c->rx != NULL && !c->rx->done)
-      fabric_abandon(f, c->rx);
+      gang__fabric_abandon(f, c->rx);
     umsg *u;
     TAILQ_FOREACH(u, &c->uq, link) {
       if (u->waiting && !u->waiting->done)
-        fabric_abandon(f, u->waiting);
+        gang__fabric_abandon(f, u->waiting);
       u->waiting = NULL;
     }
     c->rx = NULL;
@@ -182,7 +184,8 @@ static void end_conns(gang__fabric *f, const struct iovec *msg, int n,
   pthread_cond_broadcast(&f->cv);
 }
 
-void fabric_fail_locked(gang__fabric *f, gang_status st, const char *reason) {
+void gang__fabric_fail_locked(gang__fabric *f, gang_status st,
+                              const char *reason) {
   if (f->failed != GANG_OK)
     return;
   f->failed = st;
@@ -218,7 +221,7 @@ bool gang__fabric_leave(gang__fabric *f, gang__fabric_leave_why why) {
     GANG_INFO(TCP, "fabric rank %d leaves (%s)", f->rank,
               why == GANG__LEAVE_EXIT ? "process exit" : "destroyed");
     uint8_t hd[HDR];
-    fabric_encode_header(hd, FRAME_BYE, (uint32_t)why, 0, 0, 0);
+    gang__fabric_encode_header(hd, FRAME_BYE, (uint32_t)why, 0, 0, 0);
     struct iovec msg[1] = {{hd, HDR}};
     /* Write side only: a peer still sending to this rank is not reset,
      * and the store's host reads on while it lingers. */
@@ -244,7 +247,7 @@ void gang__fabric_set_fail_hook(gang__fabric *f,
 
 void gang__fabric_fail(gang__fabric *f, gang_status st, const char *reason) {
   pthread_mutex_lock(&f->mu);
-  fabric_fail_locked(f, st, reason);
+  gang__fabric_fail_locked(f, st, reason);
   pthread_mutex_unlock(&f->mu);
 }
 
@@ -257,7 +260,7 @@ gang_status gang__fabric_status(gang__fabric *f, char *detail, size_t cap) {
   return st;
 }
 
-void fabric_left_text(const conn *c, char *buf, size_t cap) {
+void gang__fabric_left_text(const gang__fabric_conn *c, char *buf, size_t cap) {
   const char *how = c->bye_why == GANG__LEAVE_EXIT      ? "process exit"
                     : c->bye_why == GANG__LEAVE_DESTROY ? "destroyed its gang"
                                                         : "said goodbye";
@@ -265,22 +268,22 @@ void fabric_left_text(const conn *c, char *buf, size_t cap) {
   snprintf(buf, cap, "%s left (%s) %.3f s ago", c->name, how, ago);
 }
 
-void fabric_left_before(gang__fabric *f, conn *c) {
+void gang__fabric_left_before(gang__fabric *f, gang__fabric_conn *c) {
   char left[400], why[1024];
-  fabric_left_text(c, left, sizeof left);
+  gang__fabric_left_text(c, left, sizeof left);
   snprintf(why, sizeof why, "%s, before this transfer", left);
-  fabric_fail_locked(f, GANG_PEER_LEFT, why);
+  gang__fabric_fail_locked(f, GANG_PEER_LEFT, why);
 }
 
 /* ---- Sending ------------------------------------------------------------- */
 
-size_t fabric_frame_head(uint32_t kind, uint64_t len) {
+size_t gang__fabric_frame_head(uint32_t kind, uint64_t len) {
   return kind == FRAME_DATA && len >= PAD_MIN && len <= MAX_FRAME ? HDR + PAD
                                                                   : HDR;
 }
 
-void fabric_encode_header(uint8_t *h, uint32_t kind, uint32_t tag, uint64_t ctx,
-                          uint64_t seq, uint64_t len) {
+void gang__fabric_encode_header(uint8_t *h, uint32_t kind, uint32_t tag,
+                                uint64_t ctx, uint64_t seq, uint64_t len) {
   gang__put_u32(h, kind);
   gang__put_u32(h + 4, tag);
   gang__put_u64(h + 8, ctx);
@@ -292,7 +295,7 @@ void fabric_encode_header(uint8_t *h, uint32_t kind, uint32_t tag, uint64_t ctx,
 static size_t arrived(gang__fabric *f, const gang__xfer *x) {
   if (x->done)
     return x->len;
-  conn *c = &f->conns[x->peer];
+  gang__fabric_conn *c = &f->conns[x->peer];
   if (c->rx == x)
     return c->rgot;
   umsg *u;
@@ -315,8 +318,8 @@ static size_t arrived(gang__fabric *f, const gang__xfer *x) {
  * with a different piece at each send (the two ends of a connection may
  * choose differently, tune_connection): all stuck would need each s_i to
  * be at least (s_pred / p_i + 1) p_i > s_pred, round the whole cycle. */
-size_t fabric_send_limit(gang__fabric *f, const gang__xfer *x) {
-  size_t head = fabric_frame_head(FRAME_DATA, x->len);
+size_t gang__fabric_send_limit(gang__fabric *f, const gang__xfer *x) {
+  size_t head = gang__fabric_frame_head(FRAME_DATA, x->len);
   size_t end = head + x->len;
   size_t piece = f->conns[x->peer].piece;
   if (x->pace == NULL || piece == 0 || TAILQ_NEXT(x, link) != NULL)
@@ -329,21 +332,22 @@ size_t fabric_send_limit(gang__fabric *f, const gang__xfer *x) {
 }
 
 /* Under f->mu. */
-void fabric_push_sends(gang__fabric *f, conn *c) {
+void gang__fabric_push_sends(gang__fabric *f, gang__fabric_conn *c) {
   gang__xfer *x = TAILQ_FIRST(&c->sq);
   if (x != NULL && c->bye && x->off == 0) {
     /* Its goodbye was read (maybe before its end of stream): a frame
      * written now would vanish unread. */
-    fabric_left_before(f, c);
+    gang__fabric_left_before(f, c);
     return;
   }
   while ((x = TAILQ_FIRST(&c->sq)) != NULL && !c->dead) {
-    size_t lim = fabric_send_limit(f, x);
+    size_t lim = gang__fabric_send_limit(f, x);
     if (x->off >= lim)
       return; /* paced: waits for the peer's next piece */
     if (x->off == 0)
-      fabric_encode_header(c->shdr, FRAME_DATA, x->tag, x->ctx, x->seq, x->len);
-    size_t head = fabric_frame_head(FRAME_DATA, x->len);
+      gang__fabric_encode_header(c->shdr, FRAME_DATA, x->tag, x->ctx, x->seq,
+                                 x->len);
+    size_t head = gang__fabric_frame_head(FRAME_DATA, x->len);
     struct iovec iov[2];
     int n = frame_iov(c, x, lim, iov);
     struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
@@ -355,7 +359,7 @@ void fabric_push_sends(gang__fabric *f, conn *c) {
       if (c->bye && (e == EPIPE || e == ECONNRESET)) {
         /* It left, and its process is gone with unread bytes: the reset
          * says nothing its goodbye did not. */
-        fabric_left_before(f, c);
+        gang__fabric_left_before(f, c);
         return;
       }
       char why[1024];
@@ -363,7 +367,7 @@ void fabric_push_sends(gang__fabric *f, conn *c) {
       if ((e == EPIPE || e == ECONNRESET) && f->failed == GANG_OK &&
           f->lost_peer < 0)
         f->lost_peer = c->peer;
-      fabric_fail_locked(
+      gang__fabric_fail_locked(
           f, e == EPIPE || e == ECONNRESET ? GANG_PEER_LOST : GANG_SYSTEM, why);
       return;
     }
@@ -375,7 +379,7 @@ void fabric_push_sends(gang__fabric *f, conn *c) {
       continue; /* paced: the limit may have moved on since */
     TAILQ_REMOVE(&c->sq, x, link);
     x->linked = false;
-    fabric_complete(f, x);
+    gang__fabric_complete(f, x);
   }
 }
 
@@ -386,21 +390,21 @@ static bool matches(const gang__xfer *x, uint64_t ctx, uint64_t seq,
   return x->ctx == ctx && x->seq == seq && x->tag == tag;
 }
 
-void fabric_mismatch(gang__fabric *f, conn *c, const gang__xfer *x,
-                     uint64_t len) {
+void gang__fabric_mismatch(gang__fabric *f, gang__fabric_conn *c,
+                           const gang__xfer *x, uint64_t len) {
   char why[1024];
   snprintf(why, sizeof why,
            "%s sent %llu bytes for (ctx %llx, seq %llu, tag %u) but this "
            "rank expected %zu: the ranks disagree on the collective",
            c->name, (unsigned long long)len, (unsigned long long)x->ctx,
            (unsigned long long)x->seq, x->tag, x->len);
-  fabric_fail_locked(f, GANG_MISMATCH, why);
+  gang__fabric_fail_locked(f, GANG_MISMATCH, why);
 }
 
 /* A buffer of at least len bytes for an early message on c (*cap: its
  * size): a kept one large enough, else a new one. NULL when out of
  * memory. */
-static uint8_t *early_buf(conn *c, size_t len, size_t *cap) {
+static uint8_t *early_buf(gang__fabric_conn *c, size_t len, size_t *cap) {
   spare *k;
   SLIST_FOREACH(k, &c->spares, link) {
     if (k->cap < len)
@@ -418,7 +422,7 @@ static uint8_t *early_buf(conn *c, size_t len, size_t *cap) {
 /* Gives an early message's buffer back: kept on c when it is at least
  * SPARE_MIN bytes and the kept ones stay within SPARE_MAX bytes and
  * SPARE_COUNT buffers, freed otherwise. */
-static void early_buf_free(conn *c, uint8_t *p, size_t cap) {
+static void early_buf_free(gang__fabric_conn *c, uint8_t *p, size_t cap) {
   if (p == NULL)
     return;
   if (cap < SPARE_MIN || c->spare_count >= SPARE_COUNT ||
@@ -437,7 +441,7 @@ static void early_buf_free(conn *c, uint8_t *p, size_t cap) {
  * more bytes. When it may not, c fails with NO_MEMORY naming the peer:
  * this rank needs a message behind what the peer sent ahead (holds_back
  * keeps a rank that needs nothing yet from getting here). */
-static bool early_room(gang__fabric *f, conn *c, size_t len) {
+static bool early_room(gang__fabric *f, gang__fabric_conn *c, size_t len) {
   if (c->early_bytes + len <= f->early_max)
     return true;
   char why[1024];
@@ -447,7 +451,7 @@ static bool early_room(gang__fabric *f, conn *c, size_t len) {
            "rank waits for a message behind them. Post receives in the order "
            "the peer sends, or raise GANG_TCP_EARLY_MAX",
            c->name, c->early_bytes, len, f->early_max);
-  fabric_fail_locked(f, GANG_NO_MEMORY, why);
+  gang__fabric_fail_locked(f, GANG_NO_MEMORY, why);
   return false;
 }
 
@@ -455,7 +459,8 @@ static bool early_room(gang__fabric *f, conn *c, size_t len) {
  * would be buffered as an early message past GANG_TCP_EARLY_MAX and no
  * receive is posted on c, so nothing is needed from this peer yet. Not
  * reading makes TCP hold the peer back. */
-static bool holds_back(const gang__fabric *f, conn *c, const uint8_t *h) {
+static bool holds_back(const gang__fabric *f, gang__fabric_conn *c,
+                       const uint8_t *h) {
   uint64_t len = gang__get_u64(h + 24);
   c->held = gang__get_u32(h) == FRAME_DATA && len > 0 && len <= EAGER_MAX &&
             c->early_bytes + len > f->early_max && TAILQ_EMPTY(&c->posted) &&
@@ -464,7 +469,7 @@ static bool holds_back(const gang__fabric *f, conn *c, const uint8_t *h) {
 }
 
 /* A header has arrived: find where its payload goes. */
-static void on_header(gang__fabric *f, conn *c) {
+static void on_header(gang__fabric *f, gang__fabric_conn *c) {
   uint32_t kind = gang__get_u32(c->rhdr);
   uint32_t tag = gang__get_u32(c->rhdr + 4);
   uint64_t ctx = gang__get_u64(c->rhdr + 8);
@@ -495,7 +500,7 @@ static void on_header(gang__fabric *f, conn *c) {
     snprintf(why, sizeof why,
              "%s sent a malformed frame (kind %08x, %llu bytes)", c->name, kind,
              (unsigned long long)len);
-    fabric_fail_locked(f, GANG_PROTOCOL, why);
+    gang__fabric_fail_locked(f, GANG_PROTOCOL, why);
     return;
   }
   c->rlen = (size_t)len;
@@ -504,7 +509,7 @@ static void on_header(gang__fabric *f, conn *c) {
     if (!matches(x, ctx, seq, tag))
       continue;
     if (x->len != len) {
-      fabric_mismatch(f, c, x, len);
+      gang__fabric_mismatch(f, c, x, len);
       return;
     }
     TAILQ_REMOVE(&c->posted, x, link);
@@ -526,7 +531,7 @@ static void on_header(gang__fabric *f, conn *c) {
              "cannot buffer a %llu-byte message from %s that arrived before "
              "its receive",
              (unsigned long long)len, c->name);
-    fabric_fail_locked(f, GANG_NO_MEMORY, why);
+    gang__fabric_fail_locked(f, GANG_NO_MEMORY, why);
     return;
   }
   u->tag = tag;
@@ -537,17 +542,18 @@ static void on_header(gang__fabric *f, conn *c) {
   c->rum = u;
 }
 
-void fabric_deliver(gang__fabric *f, conn *c, umsg *u, gang__xfer *x) {
+void gang__fabric_deliver(gang__fabric *f, gang__fabric_conn *c, umsg *u,
+                          gang__xfer *x) {
   if (x->len)
     memcpy(x->buf, u->data, x->len);
   TAILQ_REMOVE(&c->uq, u, link);
   c->early_bytes -= u->data != NULL ? u->cap : 0;
   early_buf_free(c, u->data, u->cap);
   free(u);
-  fabric_complete(f, x);
+  gang__fabric_complete(f, x);
 }
 
-static void on_payload_done(gang__fabric *f, conn *c) {
+static void on_payload_done(gang__fabric *f, gang__fabric_conn *c) {
   c->in_payload = false;
   if (c->rkind == FRAME_ABORT) {
     char why[1024];
@@ -562,24 +568,24 @@ static void on_payload_done(gang__fabric *f, conn *c) {
                       c->rtag == GANG_MISMATCH || c->rtag == GANG_PEER_LEFT)
                          ? (gang_status)c->rtag
                          : GANG_PEER_LOST;
-    fabric_fail_locked(f, st, why);
+    gang__fabric_fail_locked(f, st, why);
     return;
   }
   if (c->rx != NULL) {
     gang__xfer *x = c->rx;
     c->rx = NULL;
-    fabric_complete(f, x);
+    gang__fabric_complete(f, x);
   } else if (c->rum != NULL) {
     umsg *u = c->rum;
     c->rum = NULL;
     u->got = u->len;
     if (u->waiting != NULL)
-      fabric_deliver(f, c, u, u->waiting);
+      gang__fabric_deliver(f, c, u, u->waiting);
   }
 }
 
 /* Fails what this rank still expects from or owes to a peer that left. */
-static bool owes(const conn *c) {
+static bool owes(const gang__fabric_conn *c) {
   return !TAILQ_EMPTY(&c->sq) || !TAILQ_EMPTY(&c->posted) || c->rx != NULL ||
          c->in_payload;
 }
@@ -595,7 +601,7 @@ static void note_others_lost(gang__fabric *f, int first) {
     return;
   f->lost[first] = true;
   for (int p = 0; p < f->size; p++) {
-    conn *c = &f->conns[p];
+    gang__fabric_conn *c = &f->conns[p];
     if (p == f->rank || p == first || c->fd < 0 || c->dead || c->bye)
       continue;
     char b;
@@ -605,17 +611,17 @@ static void note_others_lost(gang__fabric *f, int first) {
   }
 }
 
-static void peer_closed(gang__fabric *f, conn *c, int err) {
+static void peer_closed(gang__fabric *f, gang__fabric_conn *c, int err) {
   char why[1024];
   if (c->bye) {
     /* An orderly departure. Only a transfer that needs this peer fails. */
     c->dead = true;
     if (owes(c)) {
       char left[400];
-      fabric_left_text(c, left, sizeof left);
+      gang__fabric_left_text(c, left, sizeof left);
       snprintf(why, sizeof why, "%s, while a transfer with it was pending",
                left);
-      fabric_fail_locked(f, GANG_PEER_LEFT, why);
+      gang__fabric_fail_locked(f, GANG_PEER_LEFT, why);
     }
     return;
   }
@@ -628,7 +634,7 @@ static void peer_closed(gang__fabric *f, conn *c, int err) {
     f->lost_peer = c->peer;
     note_others_lost(f, c->peer);
   }
-  fabric_fail_locked(f, GANG_PEER_LOST, why);
+  gang__fabric_fail_locked(f, GANG_PEER_LOST, why);
 }
 
 /* A large early message waits in the socket (u->data == NULL) until:
@@ -636,7 +642,7 @@ static void peer_closed(gang__fabric *f, conn *c, int err) {
  * another message behind it on the same connection, or the peer hung up
  * (then it is buffered, so nothing can deadlock behind it). Returns whether
  * reading may go on. */
-static bool resolve_deferred(gang__fabric *f, conn *c) {
+static bool resolve_deferred(gang__fabric *f, gang__fabric_conn *c) {
   umsg *u = c->rum;
   if (u->waiting != NULL) {
     gang__xfer *x = u->waiting;
@@ -659,13 +665,13 @@ static bool resolve_deferred(gang__fabric *f, conn *c) {
              "cannot buffer a %zu-byte message from %s that arrived before "
              "its receive",
              u->len, c->name);
-    fabric_fail_locked(f, GANG_NO_MEMORY, why);
+    gang__fabric_fail_locked(f, GANG_NO_MEMORY, why);
     return false;
   }
   return true;
 }
 
-bool fabric_stalled(const conn *c) {
+bool gang__fabric_stalled(const gang__fabric_conn *c) {
   if (TAILQ_EMPTY(&c->posted) && !c->hup && c->held)
     return true;
   return c->in_payload && c->rum != NULL && c->rum->data == NULL &&
@@ -675,7 +681,7 @@ bool fabric_stalled(const conn *c) {
 /* Where the current frame's next payload bytes go: the matched receive,
  * the unexpected message's buffer, the ABORT text, or NULL (an ABORT text
  * that could not be allocated: skipped). */
-static uint8_t *payload_dst(conn *c) {
+static uint8_t *payload_dst(gang__fabric_conn *c) {
   if (c->rx)
     return (uint8_t *)c->rx->buf + c->rgot;
   if (c->rum)
@@ -683,7 +689,7 @@ static uint8_t *payload_dst(conn *c) {
   return c->rabort ? c->rabort + c->rgot : NULL;
 }
 
-static void payload_got(conn *c, size_t n) {
+static void payload_got(gang__fabric_conn *c, size_t n) {
   c->rgot += n;
   if (c->rum)
     c->rum->got = c->rgot;
@@ -705,9 +711,9 @@ static void payload_got(conn *c, size_t n) {
  * than asked for, or the bet won and its whole payload came, which in an
  * exchange is most likely all there was (reading on cost 0.5-1 us at
  * 2-8 KiB, a recv that said EAGAIN; poll() still sees anything left). */
-static ssize_t read_posted(gang__fabric *f, conn *c, bool *done) {
+static ssize_t read_posted(gang__fabric *f, gang__fabric_conn *c, bool *done) {
   gang__xfer *x = TAILQ_FIRST(&c->posted);
-  size_t head = fabric_frame_head(FRAME_DATA, x->len);
+  size_t head = gang__fabric_frame_head(FRAME_DATA, x->len);
   size_t body = x->len < STAGE_CAP - head ? x->len : STAGE_CAP - head;
   c->s_off = c->s_end = 0;
   struct iovec iov[2] = {{c->stage, head}, {x->buf, body}};
@@ -725,7 +731,7 @@ static ssize_t read_posted(gang__fabric *f, conn *c, bool *done) {
   uint32_t kind = gang__get_u32(h);
   uint64_t len = gang__get_u64(h + 24);
   if (kind == FRAME_DATA && len == x->len &&
-      fabric_frame_head(kind, len) == head &&
+      gang__fabric_frame_head(kind, len) == head &&
       matches(x, gang__get_u64(h + 8), gang__get_u64(h + 16),
               gang__get_u32(h + 4))) {
     c->last_padded = head > HDR;
@@ -747,7 +753,7 @@ static ssize_t read_posted(gang__fabric *f, conn *c, bool *done) {
 
 /* Whether a read that returned r moved no bytes: nothing to read now
  * (EAGAIN), or the connection ended, which fails or closes it. */
-static bool read_ended(gang__fabric *f, conn *c, ssize_t r) {
+static bool read_ended(gang__fabric *f, gang__fabric_conn *c, ssize_t r) {
   if (r > 0)
     return false;
   if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
@@ -760,7 +766,7 @@ static bool read_ended(gang__fabric *f, conn *c, ssize_t r) {
  * that returns less than asked for has emptied the socket, so the loop
  * stops there instead of paying for one more recv that says EAGAIN; so
  * does a won bet that completed its receive (read_posted). */
-void fabric_pull(gang__fabric *f, conn *c) {
+void gang__fabric_pull(gang__fabric *f, gang__fabric_conn *c) {
   bool drained = false;
   while (!c->dead && f->failed == GANG_OK) {
     size_t staged = c->s_end - c->s_off;
@@ -792,7 +798,8 @@ void fabric_pull(gang__fabric *f, conn *c) {
         dst = NULL;
     } else if (staged >= HDR) {
       const uint8_t *h = c->stage + c->s_off;
-      size_t head = fabric_frame_head(gang__get_u32(h), gang__get_u64(h + 24));
+      size_t head =
+          gang__fabric_frame_head(gang__get_u32(h), gang__get_u64(h + 24));
       if (staged >= head && holds_back(f, c, h))
         return; /* a receive posted here, or the peer's end, reads on */
       if (staged >= head) { /* the header and its pad, if any */
@@ -849,7 +856,7 @@ void fabric_pull(gang__fabric *f, conn *c) {
   }
 }
 
-void fabric_conn_free(conn *c) {
+void gang__fabric_conn_free(gang__fabric_conn *c) {
   umsg *u;
   while ((u = TAILQ_FIRST(&c->uq)) != NULL) {
     TAILQ_REMOVE(&c->uq, u, link);

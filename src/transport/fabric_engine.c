@@ -43,14 +43,14 @@ gang_status gang__fabric_poke(gang__fabric *f) {
 /* ---- Registration and the wait loop -------------------------------------- */
 
 static void register_xfer(gang__fabric *f, gang__xfer *x) {
-  conn *c = &f->conns[x->peer];
+  gang__fabric_conn *c = &f->conns[x->peer];
   x->linked = false;
   x->off = 0;
   x->lost_bet = false;
   x->done = false;
   if (x->send) {
     if (c->bye) { /* it said goodbye: nobody will read this */
-      fabric_left_before(f, c);
+      gang__fabric_left_before(f, c);
       return;
     }
     TAILQ_INSERT_TAIL(&c->sq, x, link);
@@ -64,11 +64,11 @@ static void register_xfer(gang__fabric *f, gang__xfer *x) {
         u->tag != x->tag)
       continue;
     if (u->len != x->len) {
-      fabric_mismatch(f, c, x, u->len);
+      gang__fabric_mismatch(f, c, x, u->len);
       return;
     }
     if (u->got == u->len && c->rum != u) {
-      fabric_deliver(f, c, u, x);
+      gang__fabric_deliver(f, c, u, x);
     } else {
       u->waiting = x;
     }
@@ -76,7 +76,7 @@ static void register_xfer(gang__fabric *f, gang__xfer *x) {
   }
   /* A peer that left can have sent this before it did, but nothing more. */
   if (c->dead && c->bye) {
-    fabric_left_before(f, c);
+    gang__fabric_left_before(f, c);
     return;
   }
   TAILQ_INSERT_TAIL(&c->posted, x, link);
@@ -88,7 +88,7 @@ static void progress(gang__fabric *f) {
   for (int p = 0; p < f->size && f->failed == GANG_OK; p++) {
     if (p == f->rank || f->conns[p].dead)
       continue;
-    conn *c = &f->conns[p];
+    gang__fabric_conn *c = &f->conns[p];
     /* Read first: a goodbye waiting in the socket must fail a send to that
      * peer instead of letting it vanish into a closing connection. Unless
      * the head send is one half of an exchange with this peer whose other
@@ -99,13 +99,13 @@ static void progress(gang__fabric *f) {
      * receive proves nothing: it may be satisfied before the goodbye. */
     const gang__xfer *h = TAILQ_FIRST(&c->sq);
     if (h != NULL && h->pace != NULL && h->pace->peer == p && !h->pace->done) {
-      fabric_push_sends(f, c);
+      gang__fabric_push_sends(f, c);
       if (f->failed == GANG_OK)
-        fabric_pull(f, c);
+        gang__fabric_pull(f, c);
     } else {
-      fabric_pull(f, c);
+      gang__fabric_pull(f, c);
       if (f->failed == GANG_OK)
-        fabric_push_sends(f, c);
+        gang__fabric_push_sends(f, c);
     }
   }
 }
@@ -122,14 +122,14 @@ static void sleep_in_poll(gang__fabric *f, int64_t deadline) {
   int n = 0;
   fds[n++] = (struct pollfd){f->wakefd, POLLIN, 0};
   for (int p = 0; p < f->size; p++) {
-    conn *c = &f->conns[p];
+    gang__fabric_conn *c = &f->conns[p];
     if (p == f->rank || c->dead)
       continue;
     /* A stalled connection has data we do not want yet: watch it only for
      * the peer hanging up. */
-    short in = fabric_stalled(c) ? POLLRDHUP : POLLIN;
+    short in = gang__fabric_stalled(c) ? POLLRDHUP : POLLIN;
     const gang__xfer *h = TAILQ_FIRST(&c->sq);
-    bool out = h != NULL && h->off < fabric_send_limit(f, h);
+    bool out = h != NULL && h->off < gang__fabric_send_limit(f, h);
     fds[n++] = (struct pollfd){c->fd, (short)(in | (out ? POLLOUT : 0)), 0};
   }
   int ms = gang__deadline_poll_ms(deadline);
@@ -201,7 +201,7 @@ gang_status gang__fabric_start(gang__fabric *f, gang__xfer *x, int n,
 
 /* Takes x off its connection's send or receive queue; false if it was on
  * neither (a receive waiting on an early message, or being filled). */
-static bool unlink_xfer(conn *c, gang__xfer *x) {
+static bool unlink_xfer(gang__fabric_conn *c, gang__xfer *x) {
   if (!x->linked)
     return false;
   if (x->send)
@@ -218,11 +218,11 @@ void gang__fabric_cancel(gang__fabric *f, gang__xfer *x, int n,
   for (int i = 0; i < n; i++) {
     if (x[i].done || f->failed != GANG_OK)
       continue;
-    conn *c = &f->conns[x[i].peer];
+    gang__fabric_conn *c = &f->conns[x[i].peer];
     bool on_wire =
         c->rx == &x[i] || (TAILQ_FIRST(&c->sq) == &x[i] && x[i].off > 0);
     if (on_wire) {
-      fabric_fail_locked(f, GANG_ABORTED, why);
+      gang__fabric_fail_locked(f, GANG_ABORTED, why);
       continue;
     }
     if (!unlink_xfer(c, &x[i])) {
@@ -231,7 +231,7 @@ void gang__fabric_cancel(gang__fabric *f, gang__xfer *x, int n,
       if (u->waiting == &x[i])
         u->waiting = NULL;
     }
-    fabric_abandon(f, &x[i]);
+    gang__fabric_abandon(f, &x[i]);
   }
   /* A failure completed the rest. */
   pthread_mutex_unlock(&f->mu);
@@ -308,7 +308,7 @@ gang_status gang__fabric_wait(gang__fabric *f, gang__xgroup *grp, gang__xfer *x,
     snprintf(why, sizeof why,
              "%s on rank %d: deadline exceeded, still waiting for: %s", what,
              f->rank, pend);
-    fabric_fail_locked(f, GANG_TIMEOUT, why);
+    gang__fabric_fail_locked(f, GANG_TIMEOUT, why);
   }
   if (f->failed != GANG_OK && (grp->remaining > 0 || grp->failed))
     return failure_locked(f, what);

@@ -112,7 +112,7 @@ TAILQ_HEAD(xfer_queue, gang__xfer);
 TAILQ_HEAD(umsg_queue, umsg);
 SLIST_HEAD(spare_list, spare);
 
-typedef struct conn {
+typedef struct gang__fabric_conn {
   int fd;
   int peer;
   char name[300];
@@ -145,12 +145,12 @@ typedef struct conn {
   bool held;                /* a header left staged: early_bytes full */
   size_t spare_bytes;       /* their total size */
   int spare_count;          /* and number */
-} conn;
+} gang__fabric_conn;
 
 struct gang__fabric {
   int rank, size;
-  conn *conns; /* indexed by peer; conns[rank] unused */
-  int wakefd;  /* eventfd: abort, or new work for a driver in poll() */
+  gang__fabric_conn *conns; /* indexed by peer; conns[rank] unused */
+  int wakefd; /* eventfd: abort, or new work for a driver in poll() */
   pthread_mutex_t mu;
   pthread_cond_t cv;
   bool driving;
@@ -180,38 +180,40 @@ struct gang__fabric {
 /* ---- fabric.c: failure ---- */
 
 /* Marks x done and counts it in its group: its bytes moved. */
-void fabric_complete(gang__fabric *f, gang__xfer *x);
+void gang__fabric_complete(gang__fabric *f, gang__xfer *x);
 /* ... or it ends unfinished (a failure, a withdrawal): its group failed. */
-void fabric_abandon(gang__fabric *f, gang__xfer *x);
+void gang__fabric_abandon(gang__fabric *f, gang__xfer *x);
 /* Fails the fabric (first reason wins), tells the peers, completes every
  * transfer. */
-void fabric_fail_locked(gang__fabric *f, gang_status st, const char *reason);
+void gang__fabric_fail_locked(gang__fabric *f, gang_status st,
+                              const char *reason);
 /* Fails a transfer to a peer that said goodbye before it. */
-void fabric_left_before(gang__fabric *f, conn *c);
+void gang__fabric_left_before(gang__fabric *f, gang__fabric_conn *c);
 /* "rank 3 (host:port) left (process exit) 1.204 s ago": who left, why
  * and when its goodbye came. */
-void fabric_left_text(const conn *c, char *buf, size_t cap);
+void gang__fabric_left_text(const gang__fabric_conn *c, char *buf, size_t cap);
 
 /* ---- fabric.c: connections ---- */
 
 /* Bytes before the payload of a frame of this kind and length. */
-size_t fabric_frame_head(uint32_t kind, uint64_t len);
-void fabric_encode_header(uint8_t *h, uint32_t kind, uint32_t tag, uint64_t ctx,
-                          uint64_t seq, uint64_t len);
+size_t gang__fabric_frame_head(uint32_t kind, uint64_t len);
+void gang__fabric_encode_header(uint8_t *h, uint32_t kind, uint32_t tag,
+                                uint64_t ctx, uint64_t seq, uint64_t len);
 /* How far into its frame the head send x of its connection may go now. */
-size_t fabric_send_limit(gang__fabric *f, const gang__xfer *x);
+size_t gang__fabric_send_limit(gang__fabric *f, const gang__xfer *x);
 /* Writes queued sends until the socket is full or the head send is paced. */
-void fabric_push_sends(gang__fabric *f, conn *c);
+void gang__fabric_push_sends(gang__fabric *f, gang__fabric_conn *c);
 /* Reads whatever has arrived on c and consumes it. */
-void fabric_pull(gang__fabric *f, conn *c);
+void gang__fabric_pull(gang__fabric *f, gang__fabric_conn *c);
 /* Whether c holds a deferred message nobody can take yet. */
-bool fabric_stalled(const conn *c);
+bool gang__fabric_stalled(const gang__fabric_conn *c);
 /* The peer sent len bytes where receive x expects another length. */
-void fabric_mismatch(gang__fabric *f, conn *c, const gang__xfer *x,
-                     uint64_t len);
+void gang__fabric_mismatch(gang__fabric *f, gang__fabric_conn *c,
+                           const gang__xfer *x, uint64_t len);
 /* Hands a fully arrived early message to its receive. */
-void fabric_deliver(gang__fabric *f, conn *c, umsg *u, gang__xfer *x);
+void gang__fabric_deliver(gang__fabric *f, gang__fabric_conn *c, umsg *u,
+                          gang__xfer *x);
 /* Frees what c holds of messages (early ones, kept buffers, stage). */
-void fabric_conn_free(conn *c);
+void gang__fabric_conn_free(gang__fabric_conn *c);
 
 #endif

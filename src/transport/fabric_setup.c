@@ -144,7 +144,8 @@ static bool on_this_host(int fd) {
  * pacing of its exchanges: GANG_TCP_PIECE if set, else by the congestion
  * control it ended up with. Only a name the user asked for can fail: it
  * was tried at creation (cc_setting). */
-static gang_status tune_connection(const gang__fabric *f, conn *c, int fd) {
+static gang_status tune_connection(const gang__fabric *f, gang__fabric_conn *c,
+                                   int fd) {
   if (!f->cc_keep && (f->cc_all || on_this_host(fd)) &&
       setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, f->cc,
                  (socklen_t)strlen(f->cc)) != 0) {
@@ -224,7 +225,7 @@ static gang_status connect_lower(gang__fabric *f,
   GANG_CHECK(st);
   const char *host = hp.host;
   int port = hp.port;
-  conn *c = &f->conns[peer];
+  gang__fabric_conn *c = &f->conns[peer];
   snprintf(c->name, sizeof c->name, "rank %d (%s:%d)", peer, host, port);
   /* The peer listens before it publishes: a refusal means a stale or wrong
    * address, so retry only briefly within the deadline. */
@@ -298,7 +299,7 @@ static int take_hello(gang__fabric *f, const gang__fabric_config *cfg,
   memcpy(me.token, token, 16);
   uint8_t b[HELLO_LEN];
   hello_encode(&me, b);
-  conn *c = &f->conns[them.rank];
+  gang__fabric_conn *c = &f->conns[them.rank];
   snprintf(c->name, sizeof c->name, "rank %u", them.rank);
   s = gang__sock_write_full(p->fd, b, HELLO_LEN, cfg->deadline, -1, c->name);
   if (s == GANG_OK)
@@ -533,7 +534,7 @@ gang_status gang__fabric_create_connected(int rank, int size, const int *fds,
   for (int p = 0; p < size; p++) {
     if (p == rank)
       continue;
-    conn *c = &f->conns[p];
+    gang__fabric_conn *c = &f->conns[p];
     c->fd = fds[p];
     c->piece = f->piece; /* no congestion control to choose it by */
     snprintf(c->name, sizeof c->name, "rank %d", p);
@@ -584,10 +585,10 @@ void gang__fabric_destroy(gang__fabric *f) {
   if (f->conns != NULL)
     (void)gang__fabric_leave(f, GANG__LEAVE_DESTROY);
   for (int p = 0; f->conns && p < f->size; p++) {
-    conn *c = &f->conns[p];
+    gang__fabric_conn *c = &f->conns[p];
     if (c->fd >= 0)
       close(c->fd);
-    fabric_conn_free(c);
+    gang__fabric_conn_free(c);
   }
   free(f->conns);
   free(f->lost);

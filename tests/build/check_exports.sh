@@ -1,9 +1,24 @@
 #!/bin/sh
 # Fails if the shared library exports a symbol that is not gang_* / gangs_*
 # (API.md names the topology container gangs_*) / GANG_*,
-# or exports nothing at all (which would mean the export macro is broken).
+# or exports nothing at all (which would mean the export macro is broken);
+# and, given the static library too, if that defines a global symbol
+# outside gang's namespace (gang_*, gangs_*, internals gang__*), which
+# would collide with, or be silently replaced by, a user's own.
 set -eu
 lib="$1"
+static="${2:-}"
+if [ -n "$static" ]; then
+  loose=$(nm -g --defined-only "$static" |
+    awk 'NF == 3 && $2 ~ /^[TDBRVWCG]$/ {print $3}' |
+    grep -v -E '^(gangs?_|GANG_)' | sort -u || true)
+  if [ -n "$loose" ]; then
+    echo "global symbols outside gang's namespace in $static:"
+    printf '%s\n' "$loose"
+    exit 1
+  fi
+  echo "every global of $static is gang_*, gangs_* or gang__*"
+fi
 syms=$(nm -D --defined-only "$lib" | awk '$2 ~ /^[TtDdBbRrVvWw]$/ {print $3}')
 count=$(printf '%s\n' "$syms" | grep -c -E '^gangs?_' || true)
 bad=$(printf '%s\n' "$syms" | grep -v -E '^(gangs?_|GANG_)' | grep -v -E '^(_init|_fini|_edata|_end|__bss_start)$' || true)

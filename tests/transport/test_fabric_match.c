@@ -70,17 +70,17 @@ static unsigned char pattern(uint32_t tag, size_t i) {
 static void test_frame_layout(void **state) {
   (void)state;
   /* Data frames of 64 KiB or more carry their header in a page. */
-  assert_int_equal(fabric_frame_head(FRAME_DATA, 0), HDR);
-  assert_int_equal(fabric_frame_head(FRAME_DATA, PAD_MIN - 1), HDR);
-  assert_int_equal(fabric_frame_head(FRAME_DATA, PAD_MIN), FRAME_PAGE);
-  assert_int_equal(fabric_frame_head(FRAME_DATA, MAX_FRAME), FRAME_PAGE);
-  assert_int_equal(fabric_frame_head(FRAME_DATA, MAX_FRAME + 1), HDR);
-  assert_int_equal(fabric_frame_head(FRAME_ABORT, PAD_MIN), HDR);
-  assert_int_equal(fabric_frame_head(FRAME_BYE, 0), HDR);
+  assert_int_equal(gang__fabric_frame_head(FRAME_DATA, 0), HDR);
+  assert_int_equal(gang__fabric_frame_head(FRAME_DATA, PAD_MIN - 1), HDR);
+  assert_int_equal(gang__fabric_frame_head(FRAME_DATA, PAD_MIN), FRAME_PAGE);
+  assert_int_equal(gang__fabric_frame_head(FRAME_DATA, MAX_FRAME), FRAME_PAGE);
+  assert_int_equal(gang__fabric_frame_head(FRAME_DATA, MAX_FRAME + 1), HDR);
+  assert_int_equal(gang__fabric_frame_head(FRAME_ABORT, PAD_MIN), HDR);
+  assert_int_equal(gang__fabric_frame_head(FRAME_BYE, 0), HDR);
   /* Little-endian fields at fixed offsets. */
   uint8_t h[HDR];
-  fabric_encode_header(h, FRAME_DATA, 0x01020304u, 0x1122334455667788ull,
-                       0x99aabbccddeeff00ull, 0x0102030405ull);
+  gang__fabric_encode_header(h, FRAME_DATA, 0x01020304u, 0x1122334455667788ull,
+                             0x99aabbccddeeff00ull, 0x0102030405ull);
   assert_int_equal(gang__get_u32(h), FRAME_DATA);
   assert_int_equal(h[4], 0x04);
   assert_int_equal(gang__get_u32(h + 4), 0x01020304u);

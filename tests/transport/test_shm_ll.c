@@ -41,7 +41,7 @@ static unsigned char byte_of(int member, size_t k, size_t b) {
   return (unsigned char)(member * 31 + (int)k * 7 + (int)b + T);
 }
 
-/* Member's line k of step T, written the way shm_ll_step writes it. */
+/* Member's line k of step T, written the way gang__shm_ll_step writes it. */
 static void write_line(int member, size_t k, uint64_t sig) {
   shm_ll_line *l = shm_ll_slot(&(gang__shm_chan){.ctl = g_ctl}, member, T);
   unsigned char d[SHM_LL_DATA];
@@ -126,7 +126,7 @@ static bool gathered_ok(gang__shm_chan *c, size_t bytes) {
   for (int m = 0; m < c->size; m++) {
     if (m == c->rank)
       continue;
-    shm_ll_gather(got, c, m, T, bytes);
+    gang__shm_ll_gather(got, c, m, T, bytes);
     for (size_t b = 0; b < bytes; b++)
       if (got[b] != byte_of(m, b / SHM_LL_DATA, b % SHM_LL_DATA))
         return false;
@@ -173,7 +173,7 @@ static void complete_case(int rank, int size, size_t bytes, bool over) {
   write_peers(rank, size, lines_of(bytes), -1, 0);
   unsigned char src[SHM_LL_MAX] = {0};
   uint64_t t = 0;
-  assert_int_equal(shm_ll_step(&c, src, bytes, &t), GANG_OK);
+  assert_int_equal(gang__shm_ll_step(&c, src, bytes, &t), GANG_OK);
   assert_int_equal(t, T);
   /* Everything was there: the poll alone finishes, even with 4 spins. */
   assert_int_equal(g_fallbacks, 0);
@@ -199,7 +199,7 @@ static void held_case(int rank, int size, size_t bytes, bool over) {
       g_held_line = held[i];
       unsigned char src[SHM_LL_MAX] = {0};
       uint64_t t = 0;
-      gang_status st = shm_ll_step(&c, src, bytes, &t);
+      gang_status st = gang__shm_ll_step(&c, src, bytes, &t);
       if (st != GANG_OK || g_held != -1)
         fail_msg("%d members, rank %d, %zu bytes, oversubscribed %d: "
                  "member %d's line %zu withheld, the step returned %d %s",
@@ -232,7 +232,7 @@ static void mismatch_case(int rank, int size, size_t bytes, bool over) {
     }
     unsigned char src[SHM_LL_MAX] = {0};
     uint64_t t = 0;
-    assert_int_equal(shm_ll_step(&c, src, bytes, &t), GANG_MISMATCH);
+    assert_int_equal(gang__shm_ll_step(&c, src, bytes, &t), GANG_MISMATCH);
     close_chan();
   }
 }
@@ -283,7 +283,7 @@ static void test_lines_written_meanwhile(void **state) {
     }
     unsigned char src[SHM_LL_MAX] = {0};
     uint64_t t = 0;
-    gang_status st = shm_ll_step(&c, src, bytes, &t);
+    gang_status st = gang__shm_ll_step(&c, src, bytes, &t);
     /* Read before the joins, which would order everything anyway. */
     bool ok = st == GANG_OK && gathered_ok(&c, bytes);
     for (int m = 0; m < size; m++)

@@ -53,12 +53,12 @@ int main(int argc, char **argv) {
   }
   printf("\n");
   algo_choice choice;
-  if (algo_choice_parse(gang__setting_str(GANG_SETTING_ALGO), &choice) !=
+  if (gang__algo_choice_parse(gang__setting_str(GANG_SETTING_ALGO), &choice) !=
       GANG_OK) {
     printf("%s\n", gang_last_error());
-    algo_table_print(stdout, NULL);
+    gang__algo_table_print(stdout, NULL);
     return 1;
   }
-  algo_table_print(stdout, &choice);
+  gang__algo_table_print(stdout, &choice);
   return bad;
 }
