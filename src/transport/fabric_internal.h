@@ -40,11 +40,9 @@
 /* A DATA frame of PAD_MIN payload bytes or more carries PAD zero bytes
  * between its header and its payload (frame_head), so its header takes
  * FRAME_PAGE bytes of the stream and its payload keeps the stream's page
- * alignment. Measured, not fully understood: over loopback, a large
- * payload that follows a 32- to 64-byte header costs the sender's kernel
- * copy about twice as much as with none; after a 256- or 1024-byte one it
- * is still ~10 % slower than with none or a 4096-byte one
- * (docs/performance.md). */
+ * alignment: over loopback the sender's kernel copies a payload that
+ * does not start on a page of the stream markedly slower (figures in
+ * docs/performance.md). */
 #define FRAME_PAGE 4096
 #define PAD (FRAME_PAGE - HDR)
 #define PAD_MIN (64 * 1024)

@@ -45,7 +45,13 @@ int main(int argc, char **argv) {
     printf("  %-22s %-8s default '%s' -> %s%s\n", info.name, info.type,
            info.default_value, info.effective,
            info.env_value ? " (from environment)" : "");
-    printf("      %s\n", info.doc);
+    /* The text is Markdown (docs/settings.md is made from it): drop the
+     * backticks on a terminal. */
+    fputs("      ", stdout);
+    for (const char *c = info.doc; *c; c++)
+      if (*c != '`')
+        putchar(*c);
+    putchar('\n');
     if (info.parse_status != GANG_OK) {
       printf("      error: %s\n", gang_last_error());
       bad = 1;
