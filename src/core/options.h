@@ -17,4 +17,12 @@
 #define GANG__OPTS_GET(TYPE, opts, field, def)                                 \
   ((opts) != NULL && GANG__OPTS_HAS(TYPE, opts, field) ? (opts)->field : (def))
 
+/* In a public call `fn`: fails with GANG_INVALID_ARGUMENT when opts is
+ * not NULL and its size cannot even hold `size` (a struct not initialised
+ * with its ..._OPTIONS_INIT, named by init_name). Needs core/error.h. */
+#define GANG__OPTS_CHECK(fn, opts, init_name)                                  \
+  GANG_ARG_CHECK((opts) == NULL || (opts)->size >= sizeof(size_t), fn,         \
+                 "opts->size is %zu: initialise with " init_name,              \
+                 (opts) != NULL ? (opts)->size : 0)
+
 #endif

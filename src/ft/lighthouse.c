@@ -179,10 +179,7 @@ gang_status gang_lighthouse_start(const gang_lighthouse_options *opts,
                                   gang_lighthouse **out) {
   static const char fn[] = "gang_lighthouse_start";
   GANG_ARG_CHECK(out != NULL, fn, "out is NULL");
-  GANG_ARG_CHECK(opts == NULL || opts->size >= sizeof(size_t), fn,
-                 "opts->size is %zu: initialise with "
-                 "GANG_LIGHTHOUSE_OPTIONS_INIT",
-                 opts ? opts->size : 0);
+  GANG__OPTS_CHECK(fn, opts, "GANG_LIGHTHOUSE_OPTIONS_INIT");
   const char *host = OPT(opts, host, NULL);
   const char *http_host = OPT(opts, http_host, NULL);
   const char *secret = OPT(opts, secret, NULL);

@@ -3,6 +3,9 @@
  * HMAC or RNG is exactly the kind of code that should not be new. */
 #include "auth.h"
 
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <openssl/crypto.h>
@@ -55,4 +58,30 @@ bool gang__auth_check(const char *secret, gang__auth_dir dir,
   bool ok = CRYPTO_memcmp(want, got, sizeof want) == 0;
   OPENSSL_cleanse(want, sizeof want);
   return ok;
+}
+
+gang_status gang__auth_secret_file(const char *path, char **out) {
+  *out = NULL;
+  FILE *f = fopen(path, "r");
+  if (f == NULL)
+    return gang__error(GANG_INVALID_ARGUMENT, "cannot read secret file %s: %s",
+                       path, strerror(errno));
+  char buf[4096];
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  char *nl = strpbrk(buf, "\r\n");
+  if (nl != NULL)
+    *nl = '\0';
+  n = strlen(buf);
+  gang_status st = GANG_OK;
+  if (n == 0)
+    st = gang__error(GANG_INVALID_ARGUMENT,
+                     "secret file %s holds no secret (its first line is "
+                     "empty)",
+                     path);
+  else if ((*out = strdup(buf)) == NULL)
+    st = gang__error(GANG_NO_MEMORY, "secret file %s: out of memory", path);
+  OPENSSL_cleanse(buf, sizeof buf);
+  return st;
 }

@@ -42,4 +42,10 @@ bool gang__auth_check(const char *secret, gang__auth_dir dir,
                       const uint8_t nonce_server[GANG_STORE_NONCE_BYTES],
                       const uint8_t got[GANG_STORE_MAC_BYTES]);
 
+/* Reads a secret file (--secret-file of the tools): its first line, the
+ * newline not part of it, at most 4095 bytes. *out is malloc'd (the
+ * caller zeroes and frees it). GANG_INVALID_ARGUMENT naming the file when
+ * it cannot be read or holds no secret. */
+gang_status gang__auth_secret_file(const char *path, char **out);
+
 #endif

@@ -340,11 +340,8 @@ static void server_free(gang_store_server *s) {
 gang_status gang_store_server_start(const gang_store_server_options *opts,
                                     gang_store_server **out) {
   GANG_ARG_CHECK(out != NULL, "gang_store_server_start", "out is NULL");
-  GANG_ARG_CHECK(opts == NULL || opts->size >= sizeof(size_t),
-                 "gang_store_server_start",
-                 "opts->size is %zu: initialise with "
-                 "GANG_STORE_SERVER_OPTIONS_INIT",
-                 opts ? opts->size : 0);
+  GANG__OPTS_CHECK("gang_store_server_start", opts,
+                   "GANG_STORE_SERVER_OPTIONS_INIT");
   const char *host = OPT(opts, host);
   int port = OPT(opts, port);
   const char *secret = OPT(opts, secret);

@@ -170,8 +170,8 @@ static void test_bad_flags(void **state) {
   expect(2, "--frobnicate", "--frobnicate", "1", NULL);
   expect(2, "--bind", "--bind", NULL);
   expect(2, "stray", "stray", NULL);
-  expect(1, "--secret-file", "--bind", "127.0.0.1:0", "--secret-file",
-         "/nonexistent/secret", NULL);
+  expect(1, "cannot read secret file /nonexistent/secret", "--bind",
+         "127.0.0.1:0", "--secret-file", "/nonexistent/secret", NULL);
 }
 
 int main(void) {

@@ -185,8 +185,16 @@ static void test_serve_and_client(void **state) {
   assert_int_equal(write(fd, "tool-test-secret\n", 17), 17);
   close(fd);
   expect(0, "3\n", NULL, "keys", s.addr, "--secret-file", sf, NULL);
-  expect(1, "cannot read --secret-file", NULL, "keys", s.addr, "--secret-file",
-         "/nonexistent/secret", NULL);
+  expect(1, "--secret-file: cannot read secret file /nonexistent/secret", NULL,
+         "keys", s.addr, "--secret-file", "/nonexistent/secret", NULL);
+  char empty[] = "/tmp/gang-empty-secret-XXXXXX";
+  int efd = mkstemp(empty);
+  assert_true(efd >= 0);
+  assert_int_equal(write(efd, "\n", 1), 1);
+  close(efd);
+  expect(1, "holds no secret", NULL, "keys", s.addr, "--secret-file", empty,
+         NULL);
+  unlink(empty);
 
   /* a bench run against the served store checks its own counter */
   expect(0, "\"ops_per_s\"", env, "bench", s.addr, "--clients", "3", "--ops",

@@ -18,6 +18,7 @@
 #include "core/hostport.h"
 #include "gang/ft.h"
 #include "gang/status.h"
+#include "store/auth.h"
 
 static const char usage_text[] =
     "usage: gang-lighthouse [--bind HOST:PORT] [--min-replicas N]\n"
@@ -130,27 +131,6 @@ static int parse_args(int argc, char **argv, args *a) {
   return 0;
 }
 
-/* Reads the secret file: one line, its newline not part of it. */
-static char *load_secret(const char *path) {
-  FILE *f = fopen(path, "r");
-  if (f == NULL) {
-    fprintf(stderr, "gang-lighthouse: cannot read --secret-file %s: %s\n", path,
-            strerror(errno));
-    return NULL;
-  }
-  char buf[4096];
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  buf[n] = '\0';
-  while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
-    buf[--n] = '\0';
-  if (n == 0) {
-    fprintf(stderr, "gang-lighthouse: --secret-file %s is empty\n", path);
-    return NULL;
-  }
-  return strdup(buf);
-}
-
 int main(int argc, char **argv) {
   for (int i = 1; i < argc; i++)
     if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
@@ -162,8 +142,11 @@ int main(int argc, char **argv) {
   if (rc != 0)
     return rc;
   char *secret = NULL;
-  if (a.secret_file != NULL && (secret = load_secret(a.secret_file)) == NULL)
+  if (a.secret_file != NULL &&
+      gang__auth_secret_file(a.secret_file, &secret) != GANG_OK) {
+    fprintf(stderr, "gang-lighthouse: --secret-file: %s\n", gang_last_error());
     return 1;
+  }
   /* Block the stop signals before the lighthouse's threads start, so that
    * they inherit the mask and sigwait is the only place they arrive. */
   sigset_t set;

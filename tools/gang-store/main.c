@@ -28,6 +28,7 @@
 #include "core/hostport.h"
 #include "gang/status.h"
 #include "gang/store.h"
+#include "store/auth.h"
 
 static const char usage_text[] =
     "usage:\n"
@@ -147,28 +148,15 @@ static int parse_args(int argc, char **argv, args *a) {
   return 0;
 }
 
-/* Reads the secret file (one line; a trailing newline is not part of it). */
+/* Reads the secret file, when one is given. */
 static int load_secret(args *a) {
   if (a->secret_file == NULL)
     return 0;
-  FILE *f = fopen(a->secret_file, "r");
-  if (f == NULL) {
-    fprintf(stderr, "gang-store: cannot read --secret-file %s: %s\n",
-            a->secret_file, strerror(errno));
+  if (gang__auth_secret_file(a->secret_file, &a->secret) != GANG_OK) {
+    fprintf(stderr, "gang-store: --secret-file: %s\n", gang_last_error());
     return 1;
   }
-  char buf[4096];
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  buf[n] = '\0';
-  while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
-    buf[--n] = '\0';
-  if (n == 0) {
-    fprintf(stderr, "gang-store: --secret-file %s is empty\n", a->secret_file);
-    return 1;
-  }
-  a->secret = strdup(buf);
-  return a->secret == NULL;
+  return 0;
 }
 
 /* ---- serve -------------------------------------------------------------- */
