@@ -1,0 +1,72 @@
+#!/bin/sh
+# scripts/cluster, the cluster in a box: three hosts with a rate limit;
+# each has its own host name and address and resolves the others by name;
+# gangrun across them (one node each, the store on h0 found by name, a
+# shared secret) runs hello_gang, whose every rank checks its results; a
+# second `up` of the same cluster is refused; `down` leaves no namespace,
+# bridge or state, also when run twice. Needs root: otherwise it exits 77
+# (a failure under GANG_TEST_REQUIRE_NETNS=1, which scripts/test.sh sets
+# as root).
+#
+# usage: cluster_box.sh SOURCE_DIR BUILD_DIR
+set -u
+src=$1
+build=$2
+cluster=$src/scripts/cluster
+skip() {
+  if [ "${GANG_TEST_REQUIRE_NETNS:-0}" = 1 ]; then
+    echo "FAIL (GANG_TEST_REQUIRE_NETNS=1): $*"
+    exit 1
+  fi
+  echo "SKIP: $*"
+  exit 77
+}
+[ "$(id -u)" = 0 ] || skip "needs root to make network namespaces"
+command -v ip >/dev/null 2>&1 || skip "no ip command (iproute2)"
+command -v nsenter >/dev/null 2>&1 || skip "no nsenter (util-linux)"
+
+name=gt$(( $$ % 10000 ))
+net=10.78.$(( $$ % 250 ))
+export GANG_CLUSTER=$name
+out=$(mktemp -d)
+fail=0
+trap '"$cluster" down; rm -rf "$out"' EXIT INT TERM
+bad() {
+  echo "FAIL: $*"
+  fail=1
+}
+
+"$cluster" up 3 --net "$net" --rate 1gbit || skip "cannot make the cluster here"
+"$cluster" up 3 --net "$net" >"$out/again" 2>&1 && bad "a second up succeeded"
+grep -q "is up already" "$out/again" || bad "a second up: $(cat "$out/again")"
+for i in 0 1 2; do
+  got=$("$cluster" exec $i sh -c 'hostname; getent hosts h2 | cut -d" " -f1')
+  want=$(printf 'h%s\n%s.12' $i "$net")
+  [ "$got" = "$want" ] || bad "host $i says '$got', expected '$want'"
+done
+"$cluster" exec 5 true 2>"$out/no5" && bad "exec on a host that is not there"
+grep -q "no host 5" "$out/no5" || bad "exec 5: $(cat "$out/no5")"
+
+secret=$out/secret
+echo "cluster-box-secret" >"$secret"
+pids=""
+for i in 0 1 2; do
+  GANG_STORE_SECRET=$(cat "$secret") "$cluster" exec $i timeout 60 \
+    "$build/tools/gangrun/gangrun" --nnodes 3 --node-rank $i \
+    --nproc-per-node 1 --master-addr h0 --master-port 29750 \
+    "$build/examples/hello_gang" >"$out/h$i" 2>&1 &
+  pids="$pids $!"
+done
+for p in $pids; do wait "$p" || fail=1; done
+for i in 0 1 2; do
+  grep -q "rank $i/3 .*all checks pass" "$out/h$i" ||
+    bad "host $i: $(tail -n 5 "$out/h$i")"
+done
+
+"$cluster" down
+"$cluster" down || bad "a second down failed"
+ip netns list | grep -q "^$name-" && bad "namespaces left: $(ip netns list)"
+ip link show "$name-br" >/dev/null 2>&1 && bad "bridge $name-br left"
+[ -e "/run/gang-cluster/$name" ] && bad "state left in /run/gang-cluster"
+[ $fail = 0 ] && echo "PASS: 3 hosts up, gangrun across them, all down"
+exit $fail
