@@ -48,12 +48,13 @@ done
 grep -q "no host 5" "$out/no5" || bad "exec 5: $(cat "$out/no5")"
 
 secret=$out/secret
-echo "cluster-box-secret" >"$secret"
+echo "cluster-box-secret" >"$secret"  # the secret stays off every command line
 pids=""
 for i in 0 1 2; do
-  GANG_STORE_SECRET=$(cat "$secret") "$cluster" exec $i timeout 60 \
+  "$cluster" exec $i timeout 60 \
     "$build/tools/gangrun/gangrun" --nnodes 3 --node-rank $i \
     --nproc-per-node 1 --master-addr h0 --master-port 29750 \
+    --secret-file "$secret" \
     "$build/examples/hello_gang" >"$out/h$i" 2>&1 &
   pids="$pids $!"
 done
@@ -61,6 +62,8 @@ for p in $pids; do wait "$p" || fail=1; done
 for i in 0 1 2; do
   grep -q "rank $i/3 .*all checks pass" "$out/h$i" ||
     bad "host $i: $(tail -n 5 "$out/h$i")"
+  grep -q "without authentication" "$out/h$i" &&
+    bad "host $i ran without a secret: $(cat "$out/h$i")"
 done
 
 "$cluster" down

@@ -162,6 +162,36 @@ static char *env_of(const char *out, int rank, const char *name) {
   return strndup(p, strcspn(p, "\n"));
 }
 
+/* gangrun as node 0 (--node-rank 0 prepended), in the background, with
+ * the extra environment entries `env`, its output dropped; waited for
+ * with gt_wait_child. */
+static pid_t spawn_node0(const char *const *env, ...) {
+  char *argv[64];
+  int n = 0;
+  argv[n++] = gangrun_path;
+  argv[n++] = "--node-rank";
+  argv[n++] = "0";
+  va_list ap;
+  va_start(ap, env);
+  const char *a;
+  while ((a = va_arg(ap, const char *)) != NULL && n < 62)
+    argv[n++] = (char *)a;
+  va_end(ap);
+  argv[n] = NULL;
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    int null = open("/dev/null", O_WRONLY);
+    dup2(null, 1);
+    dup2(null, 2);
+    for (int i = 0; env != NULL && env[i] != NULL; i++)
+      putenv((char *)env[i]); /* on top of ours, as gt_run_cmd does */
+    execv(gangrun_path, argv);
+    _exit(127);
+  }
+  return pid;
+}
+
 static void test_env_seen(void **state) {
   (void)state;
   char *out = NULL;
@@ -237,22 +267,92 @@ static void test_env_seen(void **state) {
   must_not_contain(out, "[rank2]");
   free(out);
 
-  /* Multi-node shape (node 1 of 2, not hosting the store). */
+  /* Multi-node shape (node 1 of 2, not hosting the store), with node 0
+   * beside it: every node's gangrun waits at the store for all nodes. */
+  int mp = gt_free_port();
+  char mps[16], store[64];
+  snprintf(mps, sizeof mps, "%d", mp);
+  snprintf(store, sizeof store, "127.0.0.1:%d", mp + 1);
   const char *env3[] = {"GANG_STORE_SECRET=abc", NULL};
-  st = run(&out, env3, "--nnodes", "2:2", "--node-rank", "1",
-           "--nproc-per-node", "2", "--master-addr", "10.9.8.7",
-           "--master-port", "29999", GR_WORKER, "env", NULL);
+  pid_t n0 = spawn_node0(env3, "--nnodes", "2:2", "--nproc-per-node", "2",
+                         "--master-port", mps, GR_WORKER, "env", NULL);
+  st =
+      run(&out, env3, "--nnodes", "2:2", "--node-rank", "1", "--nproc-per-node",
+          "2", "--master-port", mps, GR_WORKER, "env", NULL);
   assert_int_equal(exit_code(st), 0);
+  assert_int_equal(exit_code(gt_wait_child(n0, TIMEOUT_MS)), 0);
   must_contain(out, "[rank3]:ENV RANK=3\n");
   must_contain(out, "[rank3]:ENV LOCAL_RANK=1\n");
   must_contain(out, "[rank2]:ENV WORLD_SIZE=4\n");
   must_contain(out, "[rank2]:ENV GROUP_RANK=1\n");
   /* Across nodes the store is on master_port + 1, known to every node. */
-  must_contain(out, "[rank2]:ENV GANG_STORE_ADDR=10.9.8.7:30000\n");
-  must_contain(out, "[rank2]:ENV MASTER_PORT=29999\n");
-  must_contain(out, "[rank2]:ENV GANG_RUN_ID=gangrun-10.9.8.7-29999\n");
+  char want[128];
+  snprintf(want, sizeof want, "[rank2]:ENV GANG_STORE_ADDR=%s\n", store);
+  must_contain(out, want);
+  snprintf(want, sizeof want, "[rank2]:ENV MASTER_PORT=%d\n", mp);
+  must_contain(out, want);
+  snprintf(want, sizeof want, "[rank2]:ENV GANG_RUN_ID=gangrun-127.0.0.1-%d\n",
+           mp);
+  must_contain(out, want);
   must_contain(out, "[rank3]:WORLD source=torchrun rank=3 size=4 local=1/2 "
                     "node=1/2");
+  must_not_contain(out, "without authentication");
+  free(out);
+
+  /* The secret from --secret-file (its first line), over the variable,
+   * for every worker; on several nodes nothing warns. */
+  char sf[] = "/tmp/gangrun-secret-XXXXXX";
+  int fd = mkstemp(sf);
+  assert_true(fd >= 0);
+  assert_int_equal(write(fd, "from-file\nsecond line\n", 23), 23);
+  close(fd);
+  n0 = spawn_node0(env3, "--nnodes", "2", "--nproc-per-node", "2",
+                   "--master-port", mps, "--secret-file", sf, GR_WORKER, "env",
+                   NULL);
+  st = run(&out, env3, "--nnodes", "2", "--node-rank", "1", "--nproc-per-node",
+           "2", "--master-port", mps, "--secret-file", sf, GR_WORKER, "env",
+           NULL);
+  assert_int_equal(exit_code(st), 0);
+  assert_int_equal(exit_code(gt_wait_child(n0, TIMEOUT_MS)), 0);
+  must_contain(out, "[rank2]:ENV GANG_STORE_SECRET=from-file\n");
+  must_contain(out, "[rank3]:ENV GANG_STORE_SECRET=from-file\n");
+  must_not_contain(out, "without authentication");
+  free(out);
+  /* Node 0 with another secret: node 1 is refused, and says so. */
+  const char *env4[] = {"GANG_STORE_SECRET=other", NULL};
+  n0 = spawn_node0(env4, "--nnodes", "2", "--master-port", mps,
+                   "--join-timeout", "2s", GR_WORKER, "env", NULL);
+  st =
+      run(&out, NULL, "--nnodes", "2", "--node-rank", "1", "--master-port", mps,
+          "--secret-file", sf, "--join-timeout", "2s", GR_WORKER, "env", NULL);
+  assert_int_equal(exit_code(st), 1);
+  assert_int_equal(exit_code(gt_wait_child(n0, TIMEOUT_MS)), 1);
+  must_contain(out, "node 1 of 2 cannot reach the store of node 0 at");
+  must_contain(out, "different secrets");
+  must_not_contain(out, "[rank1]");
+  free(out);
+  unlink(sf);
+
+  /* A node that never comes: the other names it, within --join-timeout,
+   * and starts no worker; no secret on several nodes: a warning. */
+  double t0 = gt_now_s();
+  st = run(&out, NULL, "--nnodes", "3", "--node-rank", "0", "--master-port",
+           mps, "--join-timeout", "1s", GR_WORKER, "env", NULL);
+  double took = gt_now_s() - t0;
+  assert_int_equal(exit_code(st), 1);
+  must_contain(out, "without authentication");
+  must_contain(out, "nodes 1, 2 of 3 never arrived within --join-timeout "
+                    "(1000 ms");
+  must_not_contain(out, "[rank0]");
+  assert_true(took >= 0.9 && took < 5.0);
+  free(out);
+  /* Node 0 never comes: node 1 cannot reach its store, and says where. */
+  st = run(&out, NULL, "--nnodes", "2", "--node-rank", "1", "--master-port",
+           mps, "--join-timeout", "1s", GR_WORKER, "env", NULL);
+  assert_int_equal(exit_code(st), 1);
+  snprintf(want, sizeof want,
+           "node 1 of 2 cannot reach the store of node 0 at %s", store);
+  must_contain(out, want);
   free(out);
 }
 
@@ -715,6 +815,12 @@ static void test_bad_flags(void **state) {
       {NULL, {"--standalone", "--nnodes", "2", GR_WORKER}, "--standalone"},
       {NULL, {"--standalone"}, "no program"},
       {NULL, {"--max-restarts"}, "'--max-restarts' needs a value"},
+      {NULL,
+       {"--secret-file", "/nonexistent/secret", GR_WORKER},
+       "--secret-file: cannot read secret file /nonexistent/secret"},
+      {"GANG_SECRET_FILE=/dev/null",
+       {GR_WORKER},
+       "--secret-file: secret file /dev/null holds no secret"},
       {"GANG_NNODES=abc", {GR_WORKER}, "GANG_NNODES: 'abc'"},
       {"GANG_TEE=9", {GR_WORKER}, "GANG_TEE: '9'"},
       {"GANG_STANDALONE=maybe", {GR_WORKER}, "GANG_STANDALONE: 'maybe'"},
@@ -805,7 +911,7 @@ int main(void) {
       "GANG_MAX_RESTARTS",       "GANG_LOG_DIR",        "GANG_TEE",
       "GANG_LOCAL_RANKS_FILTER", "GANG_TERM_GRACE",     "GANG_NO_STORE",
       "OMP_NUM_THREADS",         "GANG_DEBUG",          "GANG_REPLICA_GROUPS",
-      "GANG_REPLICA_GROUP",      "GANG_LIGHTHOUSE"};
+      "GANG_REPLICA_GROUP",      "GANG_LIGHTHOUSE",     "GANG_SECRET_FILE"};
   for (size_t i = 0; i < sizeof clear / sizeof clear[0]; i++)
     unsetenv(clear[i]);
   const struct CMUnitTest tests[] = {

@@ -24,10 +24,12 @@ typedef struct gr_options {
   int master_port; /* 0 = pick a free one (node 0 only) */
   bool standalone;
   int max_restarts;
-  const char *log_dir; /* NULL = none */
-  int tee;             /* bit 1 stdout, bit 2 stderr */
-  bool *show;          /* [nproc]: local rank shown on the console */
+  const char *log_dir;     /* NULL = none */
+  const char *secret_file; /* --secret-file (NULL = none) */
+  int tee;                 /* bit 1 stdout, bit 2 stderr */
+  bool *show;              /* [nproc]: local rank shown on the console */
   int64_t term_grace_ms;
+  int64_t join_timeout_ms; /* --join-timeout: every node here by then */
   char run_id[128];
   bool no_store;
   int replica_groups; /* --replica-groups (0: one ordinary group) */

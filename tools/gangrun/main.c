@@ -15,6 +15,7 @@
  * compute the same address without talking). docs/launcher.md is the
  * manual. */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -28,10 +29,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/hostport.h"
 #include "gang/status.h"
 #include "gang/store.h"
 #include "gangrun.h"
+#include "store/auth.h"
 
 extern char **environ;
 
@@ -274,6 +277,110 @@ static int exit_code_of(int status) {
   return WEXITSTATUS(status);
 }
 
+/* A signal gangrun got while it waits (0: none), from the signalfd. */
+static int pending_signal(int sigfd) {
+  struct signalfd_siginfo si;
+  return read(sigfd, &si, sizeof si) == (ssize_t)sizeof si ? (int)si.ssi_signo
+                                                           : 0;
+}
+
+/* With several nodes: every node's gangrun marks its arrival at the store
+ * (node 0 hosts it) and waits, up to --join-timeout, until every node has,
+ * before any starts its workers. So a node that never comes is named on
+ * every node that did, instead of its workers' gang creation timing out
+ * much later with rank numbers. Returns 0, or the exit status. */
+static int join_nodes(const gr_options *o, const char *store_addr,
+                      const char *secret, int sigfd) {
+  int64_t deadline = gang__deadline_in_ms(o->join_timeout_ms);
+  gang_store_options so = GANG_STORE_OPTIONS_INIT;
+  so.secret = secret;
+  gang_store *st = NULL;
+  gang_status s = GANG_TIMEOUT;
+  char why[512] = "";
+  /* Node 0 may start later than this one: try again until the deadline,
+   * in slices so that a signal still ends the wait. */
+  while (gang__now_ns() < deadline) {
+    int64_t left = (deadline - gang__now_ns()) / 1000000;
+    so.timeout_ms = left < 1000 ? (left > 0 ? left : 1) : 1000;
+    s = gang_store_connect(store_addr, &so, &st);
+    if (s == GANG_OK)
+      break;
+    snprintf(why, sizeof why, "%s", gang_last_error());
+    if (s == GANG_AUTH)
+      break;
+    int sig = pending_signal(sigfd);
+    if (sig != 0) {
+      fprintf(stderr, "gangrun: stopped by %s\n", gr_signal_name(sig));
+      return 128 + sig;
+    }
+  }
+  if (s != GANG_OK) {
+    fprintf(stderr,
+            "gangrun: node %d of %d cannot reach the store of node 0 at %s "
+            "within --join-timeout (%" PRId64 " ms): %s\n",
+            o->node_rank, o->nnodes, store_addr, o->join_timeout_ms, why);
+    return 1;
+  }
+  char host[256] = "?", key[300];
+  gethostname(host, sizeof host - 1);
+  char **keys = calloc((size_t)o->nnodes, sizeof *keys);
+  int code = keys == NULL ? 1 : 0;
+  for (int i = 0; code == 0 && i < o->nnodes; i++) {
+    snprintf(key, sizeof key, "gangrun/%s/node/%d", o->run_id, i);
+    if ((keys[i] = strdup(key)) == NULL)
+      code = 1;
+  }
+  if (code == 0 &&
+      gang_store_set(st, keys[o->node_rank], host, strlen(host)) != GANG_OK) {
+    fprintf(stderr, "gangrun: node %d: cannot mark its arrival: %s\n",
+            o->node_rank, gang_last_error());
+    code = 1;
+  }
+  while (code == 0) {
+    int64_t left = (deadline - gang__now_ns()) / 1000000;
+    s = gang_store_wait(st, (const char *const *)keys, (size_t)o->nnodes,
+                        left < 200 ? (left > 0 ? left : 0) : 200);
+    if (s == GANG_OK)
+      break;
+    int sig = pending_signal(sigfd);
+    if (sig != 0) {
+      fprintf(stderr, "gangrun: stopped by %s\n", gr_signal_name(sig));
+      code = 128 + sig;
+    } else if (s != GANG_TIMEOUT) {
+      fprintf(stderr,
+              "gangrun: node %d: the store of node 0 failed while "
+              "the nodes arrive: %s\n",
+              o->node_rank, gang_last_error());
+      code = 1;
+    } else if (left <= 0) {
+      char missing[512] = "";
+      size_t used = 0;
+      int n = 0;
+      gang_store_set_timeout(st, 2000);
+      for (int i = 0; i < o->nnodes; i++) {
+        bool here = true;
+        if (gang_store_check(st, (const char *const *)&keys[i], 1, &here) ==
+                GANG_OK &&
+            !here && n++ < 16 && used < sizeof missing)
+          used += (size_t)snprintf(missing + used, sizeof missing - used,
+                                   "%s%d", n > 1 ? ", " : "", i);
+      }
+      fprintf(stderr,
+              "gangrun: node%s %s%s of %d never arrived within --join-timeout "
+              "(%" PRId64 " ms; the store is on node 0 at %s): no worker "
+              "starts\n",
+              n > 1 ? "s" : "", missing, n > 16 ? ", ..." : "", o->nnodes,
+              o->join_timeout_ms, store_addr);
+      code = 1;
+    }
+  }
+  for (int i = 0; keys != NULL && i < o->nnodes; i++)
+    free(keys[i]);
+  free(keys);
+  gang_store_close(st);
+  return code;
+}
+
 int main(int argc, char **argv) {
   gr_options o;
   int prc = gr_parse_options(argc, argv, &o);
@@ -313,7 +420,30 @@ int main(int argc, char **argv) {
   }
 
   const char *given = getenv("GANG_STORE_SECRET");
-  if (given != NULL) {
+  if (o.secret_file != NULL) {
+    /* From a file, never from the command line, where every user of the
+     * machine can read it (ps). */
+    char *s = NULL;
+    if (gang__auth_secret_file(o.secret_file, &s) != GANG_OK) {
+      fprintf(stderr, "gangrun: --secret-file: %s\n", gang_last_error());
+      code = GR_EXIT_USAGE;
+      goto out;
+    }
+    size_t n = strlen(s);
+    if (n >= sizeof secret)
+      fprintf(stderr,
+              "gangrun: --secret-file %s: a secret of %zu bytes is "
+              "too long (at most %zu)\n",
+              o.secret_file, n, sizeof secret - 1);
+    else
+      memcpy(secret, s, n + 1);
+    memset(s, 0, n);
+    free(s);
+    if (n >= sizeof secret) {
+      code = GR_EXIT_USAGE;
+      goto out;
+    }
+  } else if (given != NULL) {
     snprintf(secret, sizeof secret, "%s", given);
   } else if (o.nnodes == 1) {
     if (random_hex(32, secret) != 0) {
@@ -323,9 +453,10 @@ int main(int argc, char **argv) {
   } else {
     /* Each node would draw a different secret: the run needs one shared. */
     secret[0] = '\0';
-    fprintf(stderr, "gangrun: warning: GANG_STORE_SECRET is not set; with "
-                    "--nnodes > 1 the store runs without authentication "
-                    "(set the same secret on every node)\n");
+    fprintf(stderr, "gangrun: warning: no --secret-file and no "
+                    "GANG_STORE_SECRET; with --nnodes > 1 the store runs "
+                    "without authentication (give every node the same "
+                    "secret)\n");
   }
   if (o.run_id[0] == '\0') {
     if (o.nnodes == 1)
@@ -385,6 +516,13 @@ int main(int argc, char **argv) {
                             store_port) < 0) {
     fprintf(stderr, "gangrun: master address too long\n");
     goto out;
+  }
+
+  if (o.nnodes > 1 && !o.no_store) {
+    code = join_nodes(&o, r.store_addr, secret, sigfd);
+    if (code != 0)
+      goto out;
+    code = 1;
   }
 
   for (int attempt = 0;; attempt++) {

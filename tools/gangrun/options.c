@@ -34,6 +34,8 @@ enum {
   F_TERM_GRACE,
   F_NO_STORE,
   F_REPLICA_GROUPS,
+  F_SECRET_FILE,
+  F_JOIN_TIMEOUT,
   F_COUNT
 };
 
@@ -61,6 +63,8 @@ static const struct flag {
     [F_NO_STORE] = {"no-store", NULL, GANG_SETTING_NO_STORE, true},
     [F_REPLICA_GROUPS] = {"replica-groups", NULL, GANG_SETTING_REPLICA_GROUPS,
                           false},
+    [F_SECRET_FILE] = {"secret-file", NULL, GANG_SETTING_SECRET_FILE, false},
+    [F_JOIN_TIMEOUT] = {"join-timeout", NULL, GANG_SETTING_JOIN_TIMEOUT, false},
 };
 
 /* Where a value came from, for messages: "--nnodes" or "GANG_NNODES". */
@@ -101,6 +105,12 @@ void gr_usage(FILE *f) {
       "  --local-ranks-filter L   show only these local ranks (e.g. 0,3)\n"
       "  --term-grace DURATION    SIGTERM-to-SIGKILL grace (default 10s)\n"
       "  --no-store               do not host the store\n"
+      "  --secret-file F          the store secret, from the first line of F\n"
+      "                           (else GANG_STORE_SECRET; one per run is\n"
+      "                           drawn on a single node)\n"
+      "  --join-timeout DURATION  with --nnodes > 1, wait this long for every\n"
+      "                           node before starting workers (default "
+      "10m)\n"
       "  --replica-groups R       R replica groups of --nproc-per-node\n"
       "                           workers, each restarted on its own, under\n"
       "                           a lighthouse (fault tolerance, gang/ft.h)\n"
@@ -328,6 +338,8 @@ int gr_parse_options(int argc, char **argv, gr_options *o) {
     return GR_EXIT_USAGE;
   o->max_restarts = (int)x;
   o->log_dir = vals[F_LOG_DIR].text[0] ? vals[F_LOG_DIR].text : NULL;
+  o->secret_file =
+      vals[F_SECRET_FILE].text[0] ? vals[F_SECRET_FILE].text : NULL;
   if (parse_long(&vals[F_TEE], 0, 3, &x))
     return GR_EXIT_USAGE;
   o->tee = (int)x;
@@ -340,6 +352,12 @@ int gr_parse_options(int argc, char **argv, gr_options *o) {
     return usage_error("%s: '%s' is not a duration (e.g. 10s, 500ms)",
                        vals[F_TERM_GRACE].origin, vals[F_TERM_GRACE].text);
   o->term_grace_ms = ms;
+  if (gang__parse_duration_ms(vals[F_JOIN_TIMEOUT].origin,
+                              vals[F_JOIN_TIMEOUT].text, &ms) != GANG_OK ||
+      ms <= 0)
+    return usage_error("%s: '%s' is not a positive duration",
+                       vals[F_JOIN_TIMEOUT].origin, vals[F_JOIN_TIMEOUT].text);
+  o->join_timeout_ms = ms;
   if (parse_boolv(&vals[F_NO_STORE], &o->no_store))
     return GR_EXIT_USAGE;
   if (o->nnodes > 1 && o->master_port == 0)
