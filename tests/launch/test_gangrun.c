@@ -8,7 +8,9 @@
 #include <signal.h>
 #include <stdbool.h>
 #include <string.h>
+#include <netinet/in.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -162,6 +164,34 @@ static char *env_of(const char *out, int rank, const char *name) {
   return strndup(p, strcspn(p, "\n"));
 }
 
+/* Whether `port` on 127.0.0.1 can be bound now. */
+static bool port_free(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_port = htons((uint16_t)port),
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  bool ok = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
+  if (fd >= 0)
+    close(fd);
+  return ok;
+}
+
+/* A master port P with P + 1 (the store's, with several nodes) free too,
+ * below the kernel's ephemeral range, so that no connection of a test
+ * running beside this one takes P + 1 meanwhile. */
+static int free_port_pair(void) {
+  for (int i = 0; i < 1000; i++) {
+    int p = 20000 + (int)(((unsigned)getpid() * 7919u + (unsigned)i * 104729u) %
+                          12000u);
+    if (port_free(p) && port_free(p + 1))
+      return p;
+  }
+  fail_msg("no two free ports in a row below 32000");
+  return -1;
+}
+
 /* gangrun as node 0 (--node-rank 0 prepended), in the background, with
  * the extra environment entries `env`, its output dropped; waited for
  * with gt_wait_child. */
@@ -269,16 +299,17 @@ static void test_env_seen(void **state) {
 
   /* Multi-node shape (node 1 of 2, not hosting the store), with node 0
    * beside it: every node's gangrun waits at the store for all nodes. */
-  int mp = gt_free_port();
+  int mp = free_port_pair();
   char mps[16], store[64];
   snprintf(mps, sizeof mps, "%d", mp);
   snprintf(store, sizeof store, "127.0.0.1:%d", mp + 1);
   const char *env3[] = {"GANG_STORE_SECRET=abc", NULL};
   pid_t n0 = spawn_node0(env3, "--nnodes", "2:2", "--nproc-per-node", "2",
-                         "--master-port", mps, GR_WORKER, "env", NULL);
-  st =
-      run(&out, env3, "--nnodes", "2:2", "--node-rank", "1", "--nproc-per-node",
-          "2", "--master-port", mps, GR_WORKER, "env", NULL);
+                         "--master-port", mps, "--join-timeout", "20s",
+                         GR_WORKER, "env", NULL);
+  st = run(&out, env3, "--nnodes", "2:2", "--node-rank", "1",
+           "--nproc-per-node", "2", "--master-port", mps, "--join-timeout",
+           "20s", GR_WORKER, "env", NULL);
   assert_int_equal(exit_code(st), 0);
   assert_int_equal(exit_code(gt_wait_child(n0, TIMEOUT_MS)), 0);
   must_contain(out, "[rank3]:ENV RANK=3\n");
@@ -307,11 +338,11 @@ static void test_env_seen(void **state) {
   assert_int_equal(write(fd, "from-file\nsecond line\n", 23), 23);
   close(fd);
   n0 = spawn_node0(env3, "--nnodes", "2", "--nproc-per-node", "2",
-                   "--master-port", mps, "--secret-file", sf, GR_WORKER, "env",
-                   NULL);
+                   "--master-port", mps, "--secret-file", sf, "--join-timeout",
+                   "20s", GR_WORKER, "env", NULL);
   st = run(&out, env3, "--nnodes", "2", "--node-rank", "1", "--nproc-per-node",
-           "2", "--master-port", mps, "--secret-file", sf, GR_WORKER, "env",
-           NULL);
+           "2", "--master-port", mps, "--secret-file", sf, "--join-timeout",
+           "20s", GR_WORKER, "env", NULL);
   assert_int_equal(exit_code(st), 0);
   assert_int_equal(exit_code(gt_wait_child(n0, TIMEOUT_MS)), 0);
   must_contain(out, "[rank2]:ENV GANG_STORE_SECRET=from-file\n");
