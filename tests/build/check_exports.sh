@@ -4,14 +4,16 @@
 # or exports nothing at all (which would mean the export macro is broken);
 # and, given the static library too, if that defines a global symbol
 # outside gang's namespace (gang_*, gangs_*, internals gang__*), which
-# would collide with, or be silently replaced by, a user's own.
+# would collide with, or be silently replaced by, a user's own (the
+# sanitizers' own instrumentation symbols aside).
 set -eu
 lib="$1"
 static="${2:-}"
 if [ -n "$static" ]; then
   loose=$(nm -g --defined-only "$static" |
     awk 'NF == 3 && $2 ~ /^[TDBRVWCG]$/ {print $3}' |
-    grep -v -E '^(gangs?_|GANG_)' | sort -u || true)
+    grep -v -E '^(gangs?_|GANG_)' |
+    grep -v -E '^(__odr_asan|__asan|__ubsan|__tsan|__sancov)' | sort -u || true)
   if [ -n "$loose" ]; then
     echo "global symbols outside gang's namespace in $static:"
     printf '%s\n' "$loose"
