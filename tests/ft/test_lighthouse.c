@@ -79,14 +79,21 @@ static int64_t await_notice(gang__lh_client *c, int64_t *cursor,
   }
 }
 
-static void test_dead_replica_noticed(void **state) {
-  (void)state;
+/* A lighthouse (join timeout 30 s) and replicas "a", "b", "dies" in its
+ * first quorum. */
+static gang_lighthouse *three_in_quorum(replica r[3]) {
   gang_lighthouse *lh = lh_start(0, 1, 30000, NULL);
-  replica r[3];
   const char *ids[] = {"a", "b", "dies"};
   for (int i = 0; i < 3; i++)
     replica_start(&r[i], lh, ids[i]);
   round_all(r, 3, 0);
+  return lh;
+}
+
+static void test_dead_replica_noticed(void **state) {
+  (void)state;
+  replica r[3];
+  gang_lighthouse *lh = three_in_quorum(r);
   assert_int_equal(r[0].q.quorum_id, 1);
   gang__lh_client *watch;
   char addr[64];
@@ -137,12 +144,8 @@ static void test_dead_replica_noticed(void **state) {
  * timeout -- the beat it sent just before dying is no sign of life. */
 static void test_death_right_after_a_beat(void **state) {
   (void)state;
-  gang_lighthouse *lh = lh_start(0, 1, 30000, NULL);
   replica r[3];
-  const char *ids[] = {"a", "b", "dies"};
-  for (int i = 0; i < 3; i++)
-    replica_start(&r[i], lh, ids[i]);
-  round_all(r, 3, 0);
+  gang_lighthouse *lh = three_in_quorum(r);
   gang__lh_client *watch;
   char addr[64];
   snprintf(addr, sizeof addr, "127.0.0.1:%d", gang_lighthouse_port(lh));

@@ -110,17 +110,27 @@ static int count_pid_files(const char *dir, int n) {
 
 /* Runs gangrun with args (NULL-terminated) and extra env; returns the wait
  * status, output in *out. */
-static int run(char **out, const char *const *env, ...) {
-  char *argv[64];
+/* argv[0] = gangrun, then `flag` 0 when flag is not NULL (--node-rank 0),
+ * then the arguments of ap up to their NULL. */
+static void gangrun_argv(char *argv[64], const char *flag, va_list ap) {
   int n = 0;
   argv[n++] = gangrun_path;
-  va_list ap;
-  va_start(ap, env);
+  if (flag != NULL) {
+    argv[n++] = (char *)flag;
+    argv[n++] = "0";
+  }
   const char *a;
   while ((a = va_arg(ap, const char *)) != NULL && n < 62)
     argv[n++] = (char *)a;
-  va_end(ap);
   argv[n] = NULL;
+}
+
+static int run(char **out, const char *const *env, ...) {
+  char *argv[64];
+  va_list ap;
+  va_start(ap, env);
+  gangrun_argv(argv, NULL, ap);
+  va_end(ap);
   int st = gt_run_cmd(argv, (char *const *)env, out, TIMEOUT_MS);
   if (st == -1)
     fail_msg("gangrun timed out; output:\n%s", *out ? *out : "");
@@ -197,17 +207,10 @@ static int free_port_pair(void) {
  * with gt_wait_child. */
 static pid_t spawn_node0(const char *const *env, ...) {
   char *argv[64];
-  int n = 0;
-  argv[n++] = gangrun_path;
-  argv[n++] = "--node-rank";
-  argv[n++] = "0";
   va_list ap;
   va_start(ap, env);
-  const char *a;
-  while ((a = va_arg(ap, const char *)) != NULL && n < 62)
-    argv[n++] = (char *)a;
+  gangrun_argv(argv, "--node-rank", ap);
   va_end(ap);
-  argv[n] = NULL;
   pid_t pid = fork();
   assert_true(pid >= 0);
   if (pid == 0) {
