@@ -201,12 +201,17 @@ static void test_receive_of_wrong_length_is_a_mismatch(void **state) {
 
 /* ---- An abort in the middle of a frame ---------------------------------- */
 
-#define MID_BYTES ((size_t)8 << 20)
+/* Far more than 64 KiB socket buffers hold, and little enough that the
+ * failing rank finishes the frame within its 100 ms for all peers
+ * (FAIL_WRITE_MS, src/transport/fabric.c) also under ThreadSanitizer: 8 MiB
+ * took longer there now and then, and the reason, best effort past that,
+ * did not come. */
+#define MID_BYTES ((size_t)2 << 20)
 
-/* Rank 1 starts an 8 MiB send to rank 0, which is receiving it, pushes
+/* Rank 1 starts a 2 MiB send to rank 0, which is receiving it, pushes
  * part of it (socket buffers of 64 KiB keep the rest back) and aborts: the
  * frame is half written. Rank 0 must fail with rank 1's reason, not only
- * with a closed connection (before: "rank 1 closed the connection"). */
+ * with a closed connection ("rank 1 closed the connection"). */
 static int mid_frame_rank(int rank, int size, void *arg) {
   (void)arg;
   setenv("GANG_SHM_DISABLE", "1", 1);
@@ -231,7 +236,7 @@ static int mid_frame_rank(int rank, int size, void *arg) {
     int done = 0;
     for (int i = 0; i < 3 && !done; i++)
       RCHECK_OK(gang_work_test(w, &done));
-    RCHECK(!done); /* 8 MiB do not fit in 64 KiB buffers */
+    RCHECK(!done); /* 2 MiB do not fit in 64 KiB buffers */
     gang_abort(g);
     s = gang_work_wait(w, -1);
     gang_work_free(w);
