@@ -32,16 +32,16 @@ cmake --build build/tsan -j "$jobs"
 # As root the tests that make network namespaces must run: the two-host
 # test holds the only checks of the hierarchical path across hosts,
 # test_ifname_netns the only one of GANG_SOCKET_IFNAME choosing a
-# non-loopback interface, test_pg_faults_own_address the congestion
+# non-loopback interface, test_pg_host_own_address the congestion
 # control of ranks on a host's own non-loopback address.
 if [ "$(id -u)" = 0 ]; then
   export GANG_TEST_REQUIRE_NETNS=1
 else
   echo "scripts/test.sh: not root: test_netns_hosts, test_ifname_netns" \
-    "(and test_pg_faults_own_address without a non-loopback interface)" \
+    "(and test_pg_host_own_address without a non-loopback interface)" \
     "will be skipped"
 fi
-# Congestion controls the fabric sets by name (test_pg_faults_cc_*):
+# Congestion controls the fabric sets by name (test_pg_host_cc_*):
 # required where this user may set them, which for root is every one the
 # kernel has (bbr may be a module: loaded if it can be), for others those
 # net.ipv4.tcp_allowed_congestion_control lists.
@@ -59,7 +59,7 @@ for cc in cubic bbr; do
     GANG_TEST_REQUIRE_CC="$GANG_TEST_REQUIRE_CC${GANG_TEST_REQUIRE_CC:+,}$cc"
   else
     echo "scripts/test.sh: congestion control $cc cannot be set here:" \
-      "test_pg_faults_cc_$cc will be skipped"
+      "test_pg_host_cc_$cc will be skipped"
   fi
 done
 export GANG_TEST_REQUIRE_CC

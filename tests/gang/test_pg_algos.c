@@ -95,13 +95,7 @@ static float val(int r, size_t i) {
 }
 
 static void check_last(gang_t *g) {
-  const char *ran = gang__pg_last_algo(g);
-  if (ran == NULL || strcmp(ran, g_case->algo) != 0) {
-    fprintf(stderr, "%s: ran %s, not %s\n", g_case->setting,
-            ran ? ran : "(none)", g_case->algo);
-    fflush(stderr);
-    _exit(1);
-  }
+  RCHECK(gt_ran(g, g_case->algo, g_case->setting));
 }
 
 static void run_all_reduce(gang_t *g, int rank, int size, size_t n) {
@@ -281,7 +275,7 @@ static int pinned_rank(int rank, int size, void *arg) {
   gang_t *g = gt_join("algos-pinned", g_round, rank, size, 60000, 0);
   RCHECK_OK(gang_barrier(g));
   const char *want = cpu_of[0] == cpu_of[1] ? "lines" : "flagged";
-  RCHECK(strcmp(gang__pg_last_algo(g), want) == 0);
+  RCHECK(gt_ran(g, want, "pinned ranks' barrier"));
   gang_destroy(g);
   return 0;
 }

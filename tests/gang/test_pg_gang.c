@@ -504,11 +504,7 @@ static void check_transport(gang_t *g) {
   for (size_t i = 0; i < count; i++)
     in[i] = r * 1000003 + (int64_t)i;
   RCHECK_OK(gang_all_gather(g, out, in, count, GANG_INT64));
-  const char *ran = gang__pg_last_algo(g);
-  if (strcmp(ran, want) != 0)
-    fprintf(stderr, "%s: a large all_gather ran %s, not %s\n", g_mode, ran,
-            want);
-  RCHECK(strcmp(ran, want) == 0);
+  RCHECK(gt_ran(g, want, "a large all_gather"));
   for (int q = 0; q < n; q++)
     for (size_t i = 0; i < count; i++)
       RCHECK(out[(size_t)q * count + i] == q * 1000003 + (int64_t)i);

@@ -21,6 +21,7 @@
 #include "gang/gang.h"
 #include "gang/status.h"
 #include "gang/store.h"
+#include "gang/pg.h"
 
 /* gcc says __SANITIZE_ADDRESS__, clang __has_feature(address_sanitizer). */
 #if defined(__SANITIZE_ADDRESS__)
@@ -568,4 +569,13 @@ int gt_leak_teardown(void **state) {
   }
   free(s);
   return ok ? 0 : -1;
+}
+
+bool gt_ran(struct gang *g, const char *algo, const char *what) {
+  const char *ran = gang__pg_last_algo(g);
+  if (ran != NULL && strcmp(ran, algo) == 0)
+    return true;
+  fprintf(stderr, "%s: ran %s, not %s\n", what, ran ? ran : "(none)", algo);
+  fflush(stderr);
+  return false;
 }

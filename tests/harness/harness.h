@@ -102,6 +102,11 @@ struct gang;
 struct gang *gt_join(const char *ns, int round, int rank, int size,
                      int64_t timeout_ms, int check);
 
+/* Whether the last collective of process-group gang g ran algorithm
+ * `algo` (names of src/algo/select.h); says on stderr what ran instead,
+ * after `what`, when it did not. */
+bool gt_ran(struct gang *g, const char *algo, const char *what);
+
 /* ---- Tests that cannot run everywhere --------------------------------
  * A test that needs what a machine may lack (root, a kernel module, a CPU
  * feature) is a ctest entry of its own with SKIP_RETURN_CODE 77, so a
