@@ -234,11 +234,6 @@ static PyObject *get_size(PyObject *self, void *c) {
   return g ? PyLong_FromLong(gang_size(g)) : NULL;
 }
 
-PyObject *gpy_device_tuple(gang_device d) {
-  return Py_BuildValue("(si)", d.type == GANG_DEVICE_CUDA ? "cuda" : "cpu",
-                       d.index);
-}
-
 static PyObject *get_device_tuple(PyObject *self, void *c) {
   (void)c;
   gang_t *g = gpy_gang_handle(self);

@@ -1,14 +1,18 @@
 /* The CPython extension gang._gang: what its files share.
  *
- * module.c   module init, the exception classes (one per gang_status under
- *            GangError), world info, settings and version
+ * module.c   module init, world info, strerror, flight_dump, version
+ * errors.c   the exception classes (one per gang_status under GangError)
  * buffer.c   turning a Python object (buffer protocol, __array_interface__,
- *            a torch CPU tensor) into a pointer, a count and a gang_dtype
+ *            a torch CPU tensor) into a pointer, a count and a gang_dtype;
+ *            devices to and from Python
  * gang_obj.c the _Gang type: a gang_t handle with every collective
  * work.c     the Work type: an async collective and the buffers it borrows
  * topo.c     the topologies (gangs_*) and the device mesh (gang_mesh_*)
  * ft.c       fault tolerance (gang/ft.h): the lighthouse, the manager, and
  *            the reconfigurable, error-swallowing and dummy gangs
+ *
+ * Calls go one way (test_call_circles): module -> ft, topo -> gang_obj ->
+ * work -> buffer -> errors; store and every other file -> errors.
  *
  * The rule everywhere: validate and take every buffer with the GIL held,
  * then release the GIL for the whole C call, so other Python threads run
@@ -25,7 +29,7 @@
 #include "gang/status.h"
 #include "gang/topology.h"
 
-/* ---- errors (module.c) -------------------------------------------------- */
+/* ---- errors (errors.c) -------------------------------------------------- */
 
 /* Raises the class of `st` with gang_last_error()'s detail (or `what` when
  * the detail is empty) and returns NULL. */
@@ -37,6 +41,8 @@ PyObject *gpy_raise_fmt(gang_status st, const char *fmt, ...);
 PyObject *gpy_error_new(gang_status st, const char *detail);
 /* The exception class of a status (borrowed). */
 PyObject *gpy_error_class(gang_status st);
+/* Creates the classes and adds them to module m; -1 with an exception. */
+int gpy_errors_init(PyObject *m);
 
 /* How many gang_status codes there are (0 .. GPY_STATUS_COUNT - 1). */
 #define GPY_STATUS_COUNT_ONE(name, value, msg) +1
@@ -67,6 +73,11 @@ typedef struct gpy_buf {
 int gpy_buf_get(PyObject *obj, int mode, const char *arg, gpy_buf *b);
 /* Releases what gpy_buf_get took. Needs the GIL. Safe on a zeroed buf. */
 void gpy_buf_release(gpy_buf *b);
+/* Parses a device (a str such as "cpu" / "cuda:1", or any object with
+ * .type and .index such as torch.device) into *d. -1 with an exception. */
+int gpy_device_parse(PyObject *obj, gang_device *d);
+/* ("cpu" | "cuda", index) */
+PyObject *gpy_device_tuple(gang_device d);
 /* gang_dtype of a numpy/torch dtype name ("float32", "torch.float32"),
  * -1 if none. */
 int gpy_dtype_from_name(const char *name);
@@ -128,10 +139,5 @@ int gpy_ft_init(PyObject *m);
 extern PyTypeObject gpy_store_type;
 /* _store_connect(addr, timeout_s=0) -> Store */
 PyObject *gpy_store_connect(PyObject *mod, PyObject *args);
-
-/* Parses a device (a str such as "cpu" / "cuda:1", or any object with
- * .type and .index such as torch.device) into *d. -1 with an exception. */
-int gpy_device_parse(PyObject *obj, gang_device *d);
-PyObject *gpy_device_tuple(gang_device d);
 
 #endif

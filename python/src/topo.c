@@ -11,53 +11,6 @@
 
 #include "gangmodule.h"
 
-int gpy_device_parse(PyObject *obj, gang_device *d) {
-  PyObject *type = NULL, *index = NULL;
-  int rc = -1;
-  if (PyUnicode_Check(obj)) {
-    const char *s = PyUnicode_AsUTF8(obj);
-    if (s == NULL)
-      return -1;
-    const char *colon = strchr(s, ':');
-    size_t n = colon ? (size_t)(colon - s) : strlen(s);
-    d->index = colon ? atoi(colon + 1) : -1;
-    if (n == 3 && strncmp(s, "cpu", 3) == 0)
-      d->type = GANG_DEVICE_CPU;
-    else if (n == 4 && strncmp(s, "cuda", 4) == 0)
-      d->type = GANG_DEVICE_CUDA;
-    else {
-      gpy_raise_fmt(GANG_INVALID_ARGUMENT,
-                    "`device` must be of type `cpu` or `cuda`, but is %R", obj);
-      return -1;
-    }
-    if (d->type == GANG_DEVICE_CPU)
-      d->index = d->index < 0 ? 0 : d->index;
-    return 0;
-  }
-  type = PyObject_GetAttrString(obj, "type");
-  index = type ? PyObject_GetAttrString(obj, "index") : NULL;
-  if (type == NULL || index == NULL || !PyUnicode_Check(type)) {
-    PyErr_Clear();
-    gpy_raise_fmt(GANG_INVALID_ARGUMENT,
-                  "`device` must be a device string or have .type and .index, "
-                  "not %R",
-                  obj);
-    goto out;
-  }
-  if (gpy_device_parse(type, d) < 0)
-    goto out;
-  if (index != Py_None) {
-    d->index = (int)PyLong_AsLong(index);
-    if (d->index == -1 && PyErr_Occurred())
-      goto out;
-  }
-  rc = 0;
-out:
-  Py_XDECREF(type);
-  Py_XDECREF(index);
-  return rc;
-}
-
 /* ---- _Topology --------------------------------------------------------- */
 
 typedef struct gpy_topology {

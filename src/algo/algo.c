@@ -5,19 +5,27 @@
 
 #include "core/error.h"
 
-gang_status gang__algo_scratch(algo_ctx *a, size_t bytes, void **out) {
-  if (*a->scratch_cap < bytes) {
-    void *p = realloc(*a->scratch, bytes);
+static gang_status grow(algo_ctx *a, void **buf, size_t *cap, size_t bytes,
+                        void **out) {
+  if (*cap < bytes) {
+    void *p = realloc(*buf, bytes);
     if (p == NULL)
       return gang__error(GANG_NO_MEMORY,
-                         "%s: cannot allocate %zu bytes of "
-                         "scratch",
-                         a->what, bytes);
-    *a->scratch = p;
-    *a->scratch_cap = bytes;
+                         "%s: cannot allocate %zu bytes of scratch", a->what,
+                         bytes);
+    *buf = p;
+    *cap = bytes;
   }
-  *out = *a->scratch;
+  *out = *buf;
   return GANG_OK;
+}
+
+gang_status gang__algo_scratch(algo_ctx *a, size_t bytes, void **out) {
+  return grow(a, a->scratch, a->scratch_cap, bytes, out);
+}
+
+gang_status gang__algo_stage(algo_ctx *a, size_t bytes, void **out) {
+  return grow(a, a->stage, a->stage_cap, bytes, out);
 }
 
 gang_status gang__algo_sendrecv(algo_ctx *a, int to, const void *sbuf,

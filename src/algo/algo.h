@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "gang/types.h"
+#include "run.h"
 #include "transport/fabric.h"
 
 /* What an algorithm needs to know about the gang and the call. */
@@ -22,14 +23,19 @@ typedef struct algo_ctx {
   uint64_t seq;     /* the collective's sequence number */
   int64_t deadline;
   const char *what; /* "all_reduce #12" */
-  /* Reusable scratch owned by the gang (grown on demand, never shrunk), so
-   * steady-state collectives allocate nothing. */
+  /* Reusable buffers owned by the gang (grown on demand, never shrunk), so
+   * steady-state collectives allocate nothing: the algorithm's scratch,
+   * and a stage for a whole call that a handler copies through (kept apart
+   * from the scratch, which the algorithm under it uses). */
   void **scratch;
   size_t *scratch_cap;
+  void **stage;
+  size_t *stage_cap;
 } algo_ctx;
 
-/* Scratch of at least `bytes` bytes. */
+/* Scratch, or the stage, of at least `bytes` bytes. */
 gang_status gang__algo_scratch(algo_ctx *a, size_t bytes, void **out);
+gang_status gang__algo_stage(algo_ctx *a, size_t bytes, void **out);
 
 /* One step: send `slen` bytes to gang rank `to` (skip when to < 0) and
  * receive exactly `rlen` bytes from gang rank `from` (skip when from < 0),
@@ -44,33 +50,17 @@ gang_status gang__algo_sendrecv(algo_ctx *a, int to, const void *sbuf,
  * more). */
 void gang__algo_block(size_t count, int parts, int i, size_t *off, size_t *len);
 
-/* all_reduce */
-gang_status gang__algo_allreduce_ring(algo_ctx *a, void *buf, size_t count,
-                                      gang_dtype dt, gang_reduce_op op);
-gang_status gang__algo_allreduce_rd(algo_ctx *a, void *buf, size_t count,
-                                    gang_dtype dt, gang_reduce_op op);
-/* reduce_scatter over the ring: on return, block `rank` of buf (split by
- * gang__algo_block into `size` parts) holds the reduction over all ranks; other
- * blocks hold partial sums. */
-gang_status gang__algo_reduce_scatter_ring_inplace(algo_ctx *a, void *buf,
-                                                   size_t count, gang_dtype dt,
-                                                   gang_reduce_op op,
-                                                   uint32_t tag0);
-/* broadcast */
-gang_status gang__algo_bcast_binomial(algo_ctx *a, void *buf, size_t bytes,
-                                      int root);
-/* all_gather of equal blocks of `bytes` bytes into out (rank order). */
-gang_status gang__algo_allgather_ring(algo_ctx *a, void *out, size_t bytes);
-/* all_to_all of equal blocks of `bytes` bytes. */
-gang_status gang__algo_alltoall_pairwise(algo_ctx *a, void *out, const void *in,
-                                         size_t bytes);
-/* all_to_all with per-peer element counts (es bytes each): in_counts[i]
- * go to rank i, out_counts[j] come from rank j, blocks packed in rank
- * order. */
-gang_status gang__algo_alltoallv_pairwise(algo_ctx *a, void *out,
-                                          const size_t *out_counts,
-                                          const void *in,
-                                          const size_t *in_counts, size_t es);
-gang_status gang__algo_barrier_dissemination(algo_ctx *a);
+/* The handlers of run.c (call k as run.h describes it; every rank runs
+ * the same one). all_reduce is in place and leaves MEAN as a SUM. */
+gang_status gang__algo_barrier_dissemination(algo_ctx *a, const algo_call *k);
+gang_status gang__algo_allreduce_rd(algo_ctx *a, const algo_call *k);
+gang_status gang__algo_allreduce_ring(algo_ctx *a, const algo_call *k);
+gang_status gang__algo_bcast_binomial(algo_ctx *a, const algo_call *k);
+gang_status gang__algo_allgather_ring(algo_ctx *a, const algo_call *k);
+gang_status gang__algo_reduce_scatter_ring(algo_ctx *a, const algo_call *k);
+gang_status gang__algo_alltoall_pairwise(algo_ctx *a, const algo_call *k);
+/* in_counts[i] elements go to rank i, out_counts[j] come from rank j,
+ * blocks packed in rank order. */
+gang_status gang__algo_alltoallv_pairwise(algo_ctx *a, const algo_call *k);
 
 #endif

@@ -51,8 +51,11 @@ static gang_status exchange(algo_ctx *a, int partner, bool send, bool recv,
   return GANG_OK;
 }
 
-gang_status gang__algo_allreduce_rd(algo_ctx *a, void *buf, size_t count,
-                                    gang_dtype dt, gang_reduce_op op) {
+gang_status gang__algo_allreduce_rd(algo_ctx *a, const algo_call *k) {
+  void *buf = k->out;
+  size_t count = k->count;
+  gang_dtype dt = k->dtype;
+  gang_reduce_op op = k->op;
   int p = a->size, r = a->rank;
   if (p == 1)
     return GANG_OK;

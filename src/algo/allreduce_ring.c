@@ -10,11 +10,14 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
-gang_status gang__algo_reduce_scatter_ring_inplace(algo_ctx *a, void *buf,
-                                                   size_t count, gang_dtype dt,
-                                                   gang_reduce_op op,
-                                                   uint32_t tag0) {
+/* reduce_scatter over the ring, in place: on return, block `rank` of buf
+ * (split by gang__algo_block into `size` parts) holds the reduction over
+ * all ranks; other blocks hold partial sums. */
+static gang_status reduce_scatter_inplace(algo_ctx *a, void *buf, size_t count,
+                                          gang_dtype dt, gang_reduce_op op,
+                                          uint32_t tag0) {
   int p = a->size, r = a->rank;
   if (p == 1)
     return GANG_OK;
@@ -35,6 +38,22 @@ gang_status gang__algo_reduce_scatter_ring_inplace(algo_ctx *a, void *buf,
                                    prev, tmp, rlen * es, tag0 + (uint32_t)s));
     gang__reduce((char *)buf + roff * es, tmp, rlen, dt, op);
   }
+  return GANG_OK;
+}
+
+gang_status gang__algo_reduce_scatter_ring(algo_ctx *a, const algo_call *k) {
+  size_t es = gang_dtype_size(k->dtype);
+  size_t bytes = k->count * es;
+  size_t total = k->count * (size_t)a->size;
+  if (bytes == 0)
+    return GANG_OK;
+  /* The ring reduces in place: a copy of the input, whose own block is
+   * the result. */
+  void *stage;
+  GANG_CHECK(gang__algo_stage(a, total * es, &stage));
+  memcpy(stage, k->in, total * es);
+  GANG_CHECK(reduce_scatter_inplace(a, stage, total, k->dtype, k->op, 0));
+  memcpy(k->out, (char *)stage + (size_t)a->rank * bytes, bytes);
   return GANG_OK;
 }
 
@@ -133,8 +152,11 @@ static gang_status ring_post_recvs(ring *g, int done) {
   return GANG_OK;
 }
 
-gang_status gang__algo_allreduce_ring(algo_ctx *a, void *buf, size_t count,
-                                      gang_dtype dt, gang_reduce_op op) {
+gang_status gang__algo_allreduce_ring(algo_ctx *a, const algo_call *k) {
+  void *buf = k->out;
+  size_t count = k->count;
+  gang_dtype dt = k->dtype;
+  gang_reduce_op op = k->op;
   int p = a->size;
   if (p == 1)
     return GANG_OK;

@@ -72,14 +72,12 @@ static gang_status alltoall(algo_ctx *a, void *out, const size_t *rcounts,
   return st;
 }
 
-gang_status gang__algo_alltoall_pairwise(algo_ctx *a, void *out, const void *in,
-                                         size_t bytes) {
-  return alltoall(a, out, NULL, in, NULL, 1, bytes);
+gang_status gang__algo_alltoall_pairwise(algo_ctx *a, const algo_call *k) {
+  return alltoall(a, k->out, NULL, k->in, NULL, 1,
+                  k->count * gang_dtype_size(k->dtype));
 }
 
-gang_status gang__algo_alltoallv_pairwise(algo_ctx *a, void *out,
-                                          const size_t *out_counts,
-                                          const void *in,
-                                          const size_t *in_counts, size_t es) {
-  return alltoall(a, out, out_counts, in, in_counts, es, 0);
+gang_status gang__algo_alltoallv_pairwise(algo_ctx *a, const algo_call *k) {
+  return alltoall(a, k->out, k->out_counts, k->in, k->in_counts,
+                  gang_dtype_size(k->dtype), 0);
 }

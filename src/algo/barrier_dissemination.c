@@ -5,7 +5,8 @@
 
 #include "core/error.h"
 
-gang_status gang__algo_barrier_dissemination(algo_ctx *a) {
+gang_status gang__algo_barrier_dissemination(algo_ctx *a, const algo_call *k) {
+  (void)k;
   int p = a->size, r = a->rank;
   uint32_t round = 0;
   for (int k = 1; k < p; k <<= 1, round++)

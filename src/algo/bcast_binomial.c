@@ -7,8 +7,10 @@
 
 #include "core/error.h"
 
-gang_status gang__algo_bcast_binomial(algo_ctx *a, void *buf, size_t bytes,
-                                      int root) {
+gang_status gang__algo_bcast_binomial(algo_ctx *a, const algo_call *k) {
+  void *buf = k->out;
+  size_t bytes = k->count * gang_dtype_size(k->dtype);
+  int root = k->root;
   int p = a->size;
   if (p == 1)
     return GANG_OK;

@@ -125,6 +125,10 @@ const char *gang__algo_name(algo_id a) {
   return (unsigned)a < ALGO_COUNT ? algo_names[a] : "?";
 }
 
+const char *gang__algo_coll_name(algo_coll c) {
+  return (unsigned)c < ALGO_COLL_COUNT ? coll_names[c] : "?";
+}
+
 static bool can_run(const algo_rule *r, const algo_facts *f) {
   return f->bytes <= r->hard_max && (!(r->flags & NEED_CMA) || f->cma) &&
          (!(r->flags & NEED_TWO) || f->size == 2) &&
@@ -174,8 +178,7 @@ algo_id gang__algo_select(const algo_choice *choice, algo_coll coll,
   return ALGO_AUTO;
 }
 
-/* Whether coll has a rule naming algorithm a. */
-static bool coll_has(algo_coll coll, algo_id a) {
+bool gang__algo_in_table(algo_coll coll, algo_id a) {
   for (size_t i = 0; i < NRULES; i++)
     if (rules[i].coll == coll && rules[i].algo == a)
       return true;
@@ -186,7 +189,7 @@ static void list_algos(algo_coll coll, char *buf, size_t cap) {
   size_t n = 0;
   buf[0] = '\0';
   for (int a = 0; a < ALGO_COUNT; a++)
-    if (a == ALGO_AUTO || coll_has(coll, (algo_id)a))
+    if (a == ALGO_AUTO || gang__algo_in_table(coll, (algo_id)a))
       n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, "%s%s",
                             n ? ", " : "", algo_names[a]);
 }
@@ -223,7 +226,7 @@ gang_status gang__algo_choice_parse(const char *text, algo_choice *out) {
     int algo = -1;
     for (int a = 0; a < ALGO_COUNT; a++)
       if (strcmp(eq + 1, algo_names[a]) == 0 &&
-          (a == ALGO_AUTO || coll_has((algo_coll)coll, (algo_id)a)))
+          (a == ALGO_AUTO || gang__algo_in_table((algo_coll)coll, (algo_id)a)))
         algo = a;
     if (algo < 0) {
       char list[256];

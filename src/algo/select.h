@@ -88,8 +88,12 @@ gang_status gang__algo_choice_parse(const char *text, algo_choice *out);
 algo_id gang__algo_select(const algo_choice *choice, algo_coll coll,
                           algo_path path, const algo_facts *facts);
 
+/* Whether the table has a rule naming algorithm a for coll. */
+bool gang__algo_in_table(algo_coll coll, algo_id a);
+
 /* Names, for errors and gang-info. */
 const char *gang__algo_name(algo_id a);
+const char *gang__algo_coll_name(algo_coll c);
 
 /* Prints the table (and the forced algorithms, if any) to f. */
 void gang__algo_table_print(FILE *f, const algo_choice *choice);

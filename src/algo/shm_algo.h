@@ -23,36 +23,42 @@
 #include "core/mix.h"
 #include "core/reduce.h"
 #include "gang/types.h"
+#include "run.h"
 #include "select.h"
 #include "transport/shm.h"
 
-/* Each collective runs the algorithm the table (select.h) chose, one of
- * those its file describes; the caller passes it (every member the same).
- *
- * In place; MEAN is left as a SUM (the caller finishes it). */
-gang_status gang__shm_allreduce(gang__shm_chan *c, void *buf, size_t count,
-                                gang_dtype dt, gang_reduce_op op, algo_id algo);
-gang_status gang__shm_bcast(gang__shm_chan *c, void *buf, size_t bytes,
-                            int root, algo_id algo);
-/* `in` (bytes) from every member into out in rank order; in may alias the
- * caller's own slot of out. */
-gang_status gang__shm_allgather(gang__shm_chan *c, void *out, const void *in,
-                                size_t bytes, algo_id algo);
-/* in holds size blocks of count elements; out receives this member's
- * block reduced over all members (MEAN left as SUM). */
-gang_status gang__shm_reduce_scatter(gang__shm_chan *c, void *out,
-                                     const void *in, size_t count,
-                                     gang_dtype dt, gang_reduce_op op,
-                                     algo_id algo);
-/* Blocks of `bytes`: block q of in goes to member q, block q of out comes
- * from member q. */
-gang_status gang__shm_alltoall(gang__shm_chan *c, void *out, const void *in,
-                               size_t bytes, algo_id algo);
-/* Variable blocks (es bytes per element); needs single copy (c->cma). */
-gang_status gang__shm_alltoallv(gang__shm_chan *c, void *out,
-                                const size_t *out_counts, const void *in,
-                                const size_t *in_counts, size_t es);
-gang_status gang__shm_barrier(gang__shm_chan *c, algo_id algo);
+/* The handlers of run.c, one per algorithm of each collective (call k as
+ * run.h describes it; every member runs the same one). all_reduce is in
+ * place and leaves MEAN as a SUM (the caller finishes it); all_gather's
+ * `in` may alias the caller's own slot of out; reduce_scatter's out
+ * receives this member's block reduced over all members (MEAN left as
+ * SUM); all_to_all(_v) sends block q of in to member q. */
+gang_status gang__shm_barrier_flagged(gang__shm_chan *c, const algo_call *k);
+gang_status gang__shm_barrier_lines(gang__shm_chan *c, const algo_call *k);
+gang_status gang__shm_allreduce_flagged(gang__shm_chan *c, const algo_call *k);
+gang_status gang__shm_allreduce_small(gang__shm_chan *c, const algo_call *k);
+gang_status gang__shm_allreduce_allread(gang__shm_chan *c, const algo_call *k);
+gang_status gang__shm_allreduce_staged(gang__shm_chan *c, const algo_call *k);
+gang_status gang__shm_allreduce_single_copy(gang__shm_chan *c,
+                                            const algo_call *k);
+gang_status gang__shm_allreduce_measured(gang__shm_chan *c, const algo_call *k);
+gang_status gang__shm_bcast_small(gang__shm_chan *c, const algo_call *k);
+gang_status gang__shm_bcast_staged(gang__shm_chan *c, const algo_call *k);
+gang_status gang__shm_bcast_single_copy(gang__shm_chan *c, const algo_call *k);
+gang_status gang__shm_bcast_two_ends(gang__shm_chan *c, const algo_call *k);
+gang_status gang__shm_allgather_small(gang__shm_chan *c, const algo_call *k);
+gang_status gang__shm_allgather_staged(gang__shm_chan *c, const algo_call *k);
+gang_status gang__shm_allgather_single_copy(gang__shm_chan *c,
+                                            const algo_call *k);
+gang_status gang__shm_reduce_scatter_staged(gang__shm_chan *c,
+                                            const algo_call *k);
+gang_status gang__shm_reduce_scatter_single_copy(gang__shm_chan *c,
+                                                 const algo_call *k);
+gang_status gang__shm_alltoall_staged(gang__shm_chan *c, const algo_call *k);
+gang_status gang__shm_alltoall_single_copy(gang__shm_chan *c,
+                                           const algo_call *k);
+gang_status gang__shm_alltoallv_single_copy(gang__shm_chan *c,
+                                            const algo_call *k);
 
 /* What the table needs to know of a channel for a call of `bytes` (see
  * select.h for what bytes means per collective) and `count` elements. */

@@ -57,29 +57,44 @@ static gang_status allgather_staged(gang__shm_chan *c, unsigned char *o,
   return GANG_OK;
 }
 
-gang_status gang__shm_allgather(gang__shm_chan *c, void *out, const void *in,
-                                size_t bytes, algo_id algo) {
-  int p = c->size, me = c->rank;
-  unsigned char *o = out;
-  const unsigned char *src = in;
-  if (bytes == 0)
-    return GANG_OK;
-  if (o + (size_t)me * bytes != src)
-    memmove(o + (size_t)me * bytes, src, bytes);
-  if (p == 1)
-    return GANG_OK;
-  /* From here on read my own block from out: in may alias it. */
-  src = o + (size_t)me * bytes;
-  switch (algo) {
-  case ALGO_SHM_SINGLE_COPY:
-    return allgather_single_copy(c, o, src, bytes);
-  case ALGO_SHM_SMALL:
-    return allgather_staged(c, o, src, bytes, true);
-  case ALGO_SHM_STAGED:
-    return allgather_staged(c, o, src, bytes, false);
-  default:
-    return gang__error(GANG_INTERNAL,
-                       "all_gather over shared memory: no algorithm '%s'",
-                       gang__algo_name(algo));
-  }
+/* ---- The handlers (run.c) ---------------------------------------------- */
+
+/* Puts this member's block in its slot of out (in may alias it); true when
+ * that was all there was to do. */
+static bool own_block(gang__shm_chan *c, const algo_call *k, size_t *bytes) {
+  unsigned char *o = k->out;
+  *bytes = k->count * gang_dtype_size(k->dtype);
+  if (*bytes == 0)
+    return true;
+  if (o + (size_t)c->rank * *bytes != k->in)
+    memmove(o + (size_t)c->rank * *bytes, k->in, *bytes);
+  return c->size == 1;
+}
+
+/* From the handlers on, this member's block is read from out. */
+static const unsigned char *mine(gang__shm_chan *c, const algo_call *k,
+                                 size_t bytes) {
+  return (const unsigned char *)k->out + (size_t)c->rank * bytes;
+}
+
+gang_status gang__shm_allgather_single_copy(gang__shm_chan *c,
+                                            const algo_call *k) {
+  size_t bytes;
+  return own_block(c, k, &bytes)
+             ? GANG_OK
+             : allgather_single_copy(c, k->out, mine(c, k, bytes), bytes);
+}
+
+gang_status gang__shm_allgather_small(gang__shm_chan *c, const algo_call *k) {
+  size_t bytes;
+  return own_block(c, k, &bytes)
+             ? GANG_OK
+             : allgather_staged(c, k->out, mine(c, k, bytes), bytes, true);
+}
+
+gang_status gang__shm_allgather_staged(gang__shm_chan *c, const algo_call *k) {
+  size_t bytes;
+  return own_block(c, k, &bytes)
+             ? GANG_OK
+             : allgather_staged(c, k->out, mine(c, k, bytes), bytes, false);
 }

@@ -322,35 +322,48 @@ static gang_status single_copy(gang__shm_chan *c, unsigned char *buf,
   return GANG_OK;
 }
 
-gang_status gang__shm_allreduce(gang__shm_chan *c, void *buf, size_t count,
-                                gang_dtype dt, gang_reduce_op op,
-                                algo_id algo) {
-  if (c->size == 1 || count == 0)
+/* ---- The handlers (run.c) ---------------------------------------------- */
+
+/* Nothing to reduce: one member, or no elements. */
+static bool trivial(const gang__shm_chan *c, const algo_call *k) {
+  return c->size == 1 || k->count == 0;
+}
+
+gang_status gang__shm_allreduce_flagged(gang__shm_chan *c, const algo_call *k) {
+  return trivial(c, k) ? GANG_OK
+                       : ll_allreduce(c, k->out, k->count, k->dtype, k->op);
+}
+
+gang_status gang__shm_allreduce_small(gang__shm_chan *c, const algo_call *k) {
+  return trivial(c, k) ? GANG_OK
+                       : small_allreduce(c, k->out, k->count, k->dtype, k->op);
+}
+
+gang_status gang__shm_allreduce_allread(gang__shm_chan *c, const algo_call *k) {
+  return trivial(c, k) ? GANG_OK
+                       : allread(c, k->out, k->count, k->dtype, k->op);
+}
+
+gang_status gang__shm_allreduce_staged(gang__shm_chan *c, const algo_call *k) {
+  return trivial(c, k) ? GANG_OK : rsag(c, k->out, k->count, k->dtype, k->op);
+}
+
+gang_status gang__shm_allreduce_single_copy(gang__shm_chan *c,
+                                            const algo_call *k) {
+  return trivial(c, k) ? GANG_OK
+                       : single_copy(c, k->out, k->count, k->dtype, k->op);
+}
+
+gang_status gang__shm_allreduce_measured(gang__shm_chan *c,
+                                         const algo_call *k) {
+  if (trivial(c, k))
     return GANG_OK;
-  switch (algo) {
-  case ALGO_SHM_FLAGGED:
-    return ll_allreduce(c, buf, count, dt, op);
-  case ALGO_SHM_SMALL:
-    return small_allreduce(c, buf, count, dt, op);
-  case ALGO_SHM_SINGLE_COPY:
-    return single_copy(c, buf, count, dt, op);
-  case ALGO_SHM_ALLREAD:
-    return allread(c, buf, count, dt, op);
-  case ALGO_SHM_MEASURED: {
-    int way;
-    size_t bytes = count * gang_dtype_size(dt);
-    GANG_CHECK(way_agree(c, bytes, &way));
-    GANG_CHECK(way == WAY_SINGLE_COPY ? single_copy(c, buf, count, dt, op)
-                                      : rsag(c, buf, count, dt, op));
-    way_learn(c, way, bytes);
-    return GANG_OK;
-  }
-  case ALGO_SHM_STAGED:
-    return rsag(c, buf, count, dt, op);
-  default:
-    return gang__error(GANG_INTERNAL,
-                       "all_reduce over shared memory: no "
-                       "algorithm '%s'",
-                       gang__algo_name(algo));
-  }
+  int way;
+  size_t bytes = k->count * gang_dtype_size(k->dtype);
+  GANG_CHECK(way_agree(c, bytes, &way));
+  GANG_CHECK(way == WAY_SINGLE_COPY
+                 ? single_copy(c, k->out, k->count, k->dtype, k->op)
+                 : rsag(c, k->out, k->count, k->dtype, k->op));
+  way_learn(c, way, bytes);
+  return GANG_OK;
 }

@@ -37,9 +37,9 @@ static gang_status pull_all(gang__shm_chan *c, unsigned char *out,
   return gang__shm_wait_all(c, t2);
 }
 
-gang_status gang__shm_alltoallv(gang__shm_chan *c, void *out,
-                                const size_t *out_counts, const void *in,
-                                const size_t *in_counts, size_t es) {
+static gang_status alltoallv(gang__shm_chan *c, void *out,
+                             const size_t *out_counts, const void *in,
+                             const size_t *in_counts, size_t es) {
   int p = c->size, me = c->rank;
   size_t off_in[GANG_SHM_MAX_LOCAL + 1], off_out[GANG_SHM_MAX_LOCAL],
       len_out[GANG_SHM_MAX_LOCAL] = {0};
@@ -73,31 +73,28 @@ gang_status gang__shm_alltoallv(gang__shm_chan *c, void *out,
   return pull_all(c, out, off_out, len_out);
 }
 
-gang_status gang__shm_alltoall(gang__shm_chan *c, void *out, const void *in,
-                               size_t bytes, algo_id algo) {
+static gang_status alltoall_single_copy(gang__shm_chan *c, unsigned char *o,
+                                        const unsigned char *src,
+                                        size_t bytes) {
   int p = c->size, me = c->rank;
-  unsigned char *o = out;
-  const unsigned char *src = in;
-  if (bytes == 0)
-    return GANG_OK;
-  memcpy(o + (size_t)me * bytes, src + (size_t)me * bytes, bytes);
-  if (p == 1)
-    return GANG_OK;
-  if (algo == ALGO_SHM_SINGLE_COPY) {
-    size_t off[GANG_SHM_MAX_LOCAL], len[GANG_SHM_MAX_LOCAL];
-    uint64_t t = ++c->step;
-    GANG_CHECK(gang__shm_begin(c, t));
-    c->ctl[me]->pub.in = (uint64_t)(uintptr_t)src;
-    for (int q = 0; q < p; q++) {
-      c->ctl[me]->offs[q] = (size_t)q * bytes;
-      off[q] = (size_t)q * bytes;
-      len[q] = bytes;
-    }
-    c->ctl[me]->offs[p] = (size_t)p * bytes;
-    gang__shm_publish(c, t);
-    GANG_CHECK(gang__shm_wait_all(c, t));
-    return pull_all(c, o, off, len);
+  size_t off[GANG_SHM_MAX_LOCAL], len[GANG_SHM_MAX_LOCAL];
+  uint64_t t = ++c->step;
+  GANG_CHECK(gang__shm_begin(c, t));
+  c->ctl[me]->pub.in = (uint64_t)(uintptr_t)src;
+  for (int q = 0; q < p; q++) {
+    c->ctl[me]->offs[q] = (size_t)q * bytes;
+    off[q] = (size_t)q * bytes;
+    len[q] = bytes;
   }
+  c->ctl[me]->offs[p] = (size_t)p * bytes;
+  gang__shm_publish(c, t);
+  GANG_CHECK(gang__shm_wait_all(c, t));
+  return pull_all(c, o, off, len);
+}
+
+static gang_status alltoall_staged(gang__shm_chan *c, unsigned char *o,
+                                   const unsigned char *src, size_t bytes) {
+  int p = c->size, me = c->rank;
   size_t part = shm_part(c, 1);
   for (size_t done = 0; done < bytes; done += part) {
     size_t n = bytes - done < part ? bytes - done : part;
@@ -116,4 +113,38 @@ gang_status gang__shm_alltoall(gang__shm_chan *c, void *out, const void *in,
     }
   }
   return GANG_OK;
+}
+
+/* ---- The handlers (run.c) ---------------------------------------------- */
+
+/* Copies this member's own block; true when that was all there was to do
+ * (no bytes, or one member). */
+static bool own_block(gang__shm_chan *c, const algo_call *k, size_t *bytes) {
+  *bytes = k->count * gang_dtype_size(k->dtype);
+  if (*bytes == 0)
+    return true;
+  size_t at = (size_t)c->rank * *bytes;
+  memcpy((unsigned char *)k->out + at, (const unsigned char *)k->in + at,
+         *bytes);
+  return c->size == 1;
+}
+
+gang_status gang__shm_alltoall_single_copy(gang__shm_chan *c,
+                                           const algo_call *k) {
+  size_t bytes;
+  return own_block(c, k, &bytes)
+             ? GANG_OK
+             : alltoall_single_copy(c, k->out, k->in, bytes);
+}
+
+gang_status gang__shm_alltoall_staged(gang__shm_chan *c, const algo_call *k) {
+  size_t bytes;
+  return own_block(c, k, &bytes) ? GANG_OK
+                                 : alltoall_staged(c, k->out, k->in, bytes);
+}
+
+gang_status gang__shm_alltoallv_single_copy(gang__shm_chan *c,
+                                            const algo_call *k) {
+  return alltoallv(c, k->out, k->out_counts, k->in, k->in_counts,
+                   gang_dtype_size(k->dtype));
 }

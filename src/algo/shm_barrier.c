@@ -12,12 +12,15 @@
  * waits still spun 64 pauses before yielding). */
 #include "shm_algo.h"
 
-gang_status gang__shm_barrier(gang__shm_chan *c, algo_id algo) {
-  if (algo == ALGO_SHM_FLAGGED) {
-    static const unsigned char none = 0;
-    uint64_t t;
-    return gang__shm_ll_step(c, &none, 1, &t);
-  }
+gang_status gang__shm_barrier_flagged(gang__shm_chan *c, const algo_call *k) {
+  (void)k;
+  static const unsigned char none = 0;
+  uint64_t t;
+  return gang__shm_ll_step(c, &none, 1, &t);
+}
+
+gang_status gang__shm_barrier_lines(gang__shm_chan *c, const algo_call *k) {
+  (void)k;
   uint64_t t = ++c->step;
   /* Publishing writes the step's line. */
   GANG_CHECK(gang__shm_begin_line(c, t));

@@ -89,22 +89,29 @@ static gang_status bcast_staged(gang__shm_chan *c, void *buf, size_t bytes,
   return GANG_OK;
 }
 
-gang_status gang__shm_bcast(gang__shm_chan *c, void *buf, size_t bytes,
-                            int root, algo_id algo) {
-  if (c->size == 1 || bytes == 0)
-    return GANG_OK;
-  switch (algo) {
-  case ALGO_SHM_SMALL:
-    return bcast_small(c, buf, bytes, root);
-  case ALGO_SHM_TWO_ENDS:
-    return bcast_two_ends(c, buf, bytes, root);
-  case ALGO_SHM_SINGLE_COPY:
-    return bcast_single_copy(c, buf, bytes, root);
-  case ALGO_SHM_STAGED:
-    return bcast_staged(c, buf, bytes, root);
-  default:
-    return gang__error(GANG_INTERNAL,
-                       "broadcast over shared memory: no algorithm '%s'",
-                       gang__algo_name(algo));
-  }
+/* ---- The handlers (run.c) ---------------------------------------------- */
+
+/* The bytes to send; 0 when there is nothing to do (or nobody to tell). */
+static size_t bytes_of(const gang__shm_chan *c, const algo_call *k) {
+  return c->size == 1 ? 0 : k->count * gang_dtype_size(k->dtype);
+}
+
+gang_status gang__shm_bcast_small(gang__shm_chan *c, const algo_call *k) {
+  size_t n = bytes_of(c, k);
+  return n == 0 ? GANG_OK : bcast_small(c, k->out, n, k->root);
+}
+
+gang_status gang__shm_bcast_two_ends(gang__shm_chan *c, const algo_call *k) {
+  size_t n = bytes_of(c, k);
+  return n == 0 ? GANG_OK : bcast_two_ends(c, k->out, n, k->root);
+}
+
+gang_status gang__shm_bcast_single_copy(gang__shm_chan *c, const algo_call *k) {
+  size_t n = bytes_of(c, k);
+  return n == 0 ? GANG_OK : bcast_single_copy(c, k->out, n, k->root);
+}
+
+gang_status gang__shm_bcast_staged(gang__shm_chan *c, const algo_call *k) {
+  size_t n = bytes_of(c, k);
+  return n == 0 ? GANG_OK : bcast_staged(c, k->out, n, k->root);
 }

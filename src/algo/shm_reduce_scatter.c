@@ -15,54 +15,53 @@
 
 #define SHM_RS_PIECE (64 * 1024)
 
-gang_status gang__shm_reduce_scatter(gang__shm_chan *c, void *out,
-                                     const void *in, size_t count,
-                                     gang_dtype dt, gang_reduce_op op,
-                                     algo_id algo) {
+/* Single copy: this member's block pulled from every member's input a
+ * piece at a time, reduced into out. */
+static gang_status rs_single_copy(gang__shm_chan *c, unsigned char *dst,
+                                  const unsigned char *src, size_t count,
+                                  gang_dtype dt, gang_reduce_op op) {
+  size_t es = gang_dtype_size(dt);
+  int p = c->size, me = c->rank;
+  unsigned char *from[GANG_SHM_MAX_LOCAL];
+  size_t piece = SHM_RS_PIECE / es ? SHM_RS_PIECE / es : 1;
+  void *scratch;
+  GANG_CHECK(gang__shm_scratch(c, (size_t)p * piece * es, &scratch));
+  uint64_t t = ++c->step;
+  GANG_CHECK(gang__shm_begin(c, t));
+  c->ctl[me]->pub.in = (uint64_t)(uintptr_t)src;
+  gang__shm_publish(c, t);
+  GANG_CHECK(gang__shm_wait_all(c, t));
+  for (size_t done = 0; done < count; done += piece) {
+    size_t n = count - done < piece ? count - done : piece;
+    size_t at = ((size_t)me * count + done) * es;
+    for (int j = 0; j < p; j++) {
+      if (j == me && me < 2) {
+        from[j] = (unsigned char *)src + at;
+        continue;
+      }
+      from[j] = (unsigned char *)scratch + (size_t)j * piece * es;
+      if (j == me) { /* out may alias it: the reduce must not eat it */
+        memcpy(from[j], src + at, n * es);
+        continue;
+      }
+      GANG_CHECK(
+          gang__shm_read_remote(c, j, from[j], c->ctl[j]->pub.in + at, n * es));
+    }
+    shm_reduce_members(dst + done * es, from, p, n, dt, op);
+  }
+  uint64_t t2 = ++c->step;
+  gang__shm_publish(c, t2);
+  return gang__shm_wait_all(c, t2);
+}
+
+/* Staged: parts of every block through the staging buffers. */
+static gang_status rs_staged(gang__shm_chan *c, unsigned char *dst,
+                             const unsigned char *src, size_t count,
+                             gang_dtype dt, gang_reduce_op op) {
   size_t es = gang_dtype_size(dt);
   int p = c->size, me = c->rank;
   size_t bytes = count * es;
-  const unsigned char *src = in;
-  unsigned char *dst = out;
   unsigned char *from[GANG_SHM_MAX_LOCAL];
-  if (bytes == 0)
-    return GANG_OK;
-  if (p == 1) {
-    if (dst != src)
-      memmove(dst, src, bytes);
-    return GANG_OK;
-  }
-  if (algo == ALGO_SHM_SINGLE_COPY) {
-    size_t piece = SHM_RS_PIECE / es ? SHM_RS_PIECE / es : 1;
-    void *scratch;
-    GANG_CHECK(gang__shm_scratch(c, (size_t)p * piece * es, &scratch));
-    uint64_t t = ++c->step;
-    GANG_CHECK(gang__shm_begin(c, t));
-    c->ctl[me]->pub.in = (uint64_t)(uintptr_t)src;
-    gang__shm_publish(c, t);
-    GANG_CHECK(gang__shm_wait_all(c, t));
-    for (size_t done = 0; done < count; done += piece) {
-      size_t n = count - done < piece ? count - done : piece;
-      size_t at = ((size_t)me * count + done) * es;
-      for (int j = 0; j < p; j++) {
-        if (j == me && me < 2) {
-          from[j] = (unsigned char *)src + at;
-          continue;
-        }
-        from[j] = (unsigned char *)scratch + (size_t)j * piece * es;
-        if (j == me) { /* out may alias it: the reduce must not eat it */
-          memcpy(from[j], src + at, n * es);
-          continue;
-        }
-        GANG_CHECK(gang__shm_read_remote(c, j, from[j], c->ctl[j]->pub.in + at,
-                                         n * es));
-      }
-      shm_reduce_members(dst + done * es, from, p, n, dt, op);
-    }
-    uint64_t t2 = ++c->step;
-    gang__shm_publish(c, t2);
-    return gang__shm_wait_all(c, t2);
-  }
   size_t part = shm_part(c, es);
   for (size_t done = 0; done < bytes; done += part) {
     size_t n = bytes - done < part ? bytes - done : part;
@@ -78,4 +77,27 @@ gang_status gang__shm_reduce_scatter(gang__shm_chan *c, void *out,
     shm_reduce_members(dst + done, from, p, n / es, dt, op);
   }
   return GANG_OK;
+}
+
+/* ---- The handlers (run.c) ---------------------------------------------- */
+
+/* Nothing to exchange: no bytes, or one member (whose block is copied). */
+static bool trivial(const gang__shm_chan *c, const algo_call *k) {
+  size_t bytes = k->count * gang_dtype_size(k->dtype);
+  if (bytes != 0 && c->size == 1 && k->out != k->in)
+    memmove(k->out, k->in, bytes);
+  return bytes == 0 || c->size == 1;
+}
+
+gang_status gang__shm_reduce_scatter_single_copy(gang__shm_chan *c,
+                                                 const algo_call *k) {
+  return trivial(c, k)
+             ? GANG_OK
+             : rs_single_copy(c, k->out, k->in, k->count, k->dtype, k->op);
+}
+
+gang_status gang__shm_reduce_scatter_staged(gang__shm_chan *c,
+                                            const algo_call *k) {
+  return trivial(c, k) ? GANG_OK
+                       : rs_staged(c, k->out, k->in, k->count, k->dtype, k->op);
 }

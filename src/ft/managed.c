@@ -96,18 +96,3 @@ gang_status gang__mgr_managed_create(gang_manager *m, gang_t **out) {
   gang_device cpu = {GANG_DEVICE_CPU, 0};
   return gang__new(&managed_ops, m, -1, 0, cpu, m->timeout_ms, out);
 }
-
-void gang__mgr_managed_resize(gang_manager *m) {
-  gang_t *g = m->managed;
-  pthread_mutex_lock(&m->mu);
-  /* Its rank among the participants: code that shards the step's data by
-   * rank and size covers it exactly. A replica that does not take part
-   * reads 0: what it computes is replaced by zeros. */
-  int rank = m->participant_rank >= 0 ? m->participant_rank : 0;
-  int size = m->participants;
-  pthread_mutex_unlock(&m->mu);
-  pthread_mutex_lock(&g->mu);
-  g->rank = rank;
-  g->size = size;
-  pthread_mutex_unlock(&g->mu);
-}

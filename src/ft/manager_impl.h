@@ -7,10 +7,11 @@
  *                   all_reduce, should_commit
  *   managed.c       the managed gang (size = participants; all_reduce
  *                   through the manager)
+ *   manager_errors.c  the step's error and the group's failure
  *
- * manager.c starts the worker of manager_step.c and the gang of managed.c;
- * those call back only gang__mgr_record (and its
- * replica-gang form). */
+ * Calls go one way (test_call_circles): manager.c -> managed.c ->
+ * manager_step.c -> manager_errors.c; manager.c -> manager_step.c,
+ * manager_errors.c. */
 #ifndef GANG_FT_MANAGER_IMPL_H
 #define GANG_FT_MANAGER_IMPL_H
 
@@ -93,6 +94,8 @@ struct gang_manager {
   int nstates;
 };
 
+/* ---- manager_errors.c ---- */
+
 /* Records an error of this step (the first wins). Any thread. */
 void gang__mgr_record(gang_manager *m, gang_status st, const char *detail);
 /* The same for an error of the replica gang: the detail then says which
@@ -106,13 +109,13 @@ void gang__mgr_record_replica(gang_manager *m, gang_status st,
  * restart. Returns that status. Any thread. */
 gang_status gang__mgr_fatal(gang_manager *m, const char *what);
 
-/* The quorum worker (manager_step.c). */
+/* ---- manager_step.c: the quorum worker ---- */
 gang_status gang__mgr_worker_start(gang_manager *m);
 void gang__mgr_worker_stop(gang_manager *m);
 
-/* The managed gang (managed.c). */
+/* ---- managed.c ---- */
+
+/* The managed gang of m; its shape follows the quorum's participants. */
 gang_status gang__mgr_managed_create(gang_manager *m, gang_t **out);
-/* A quorum changed the participants: the managed gang's size follows. */
-void gang__mgr_managed_resize(gang_manager *m);
 
 #endif

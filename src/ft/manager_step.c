@@ -423,7 +423,11 @@ static gang_status run_quorum(gang_manager *m, bool allow_heal,
   m->healing = healing;
   m->phase = MGR_CONFIGURING; /* notices about m->q count from here */
   pthread_mutex_unlock(&m->mu);
-  gang__mgr_managed_resize(m);
+  /* The managed gang's rank is this group's among the participants: code
+   * that shards the step's data by rank and size covers it exactly. A
+   * replica that does not take part reads 0: what it computes is replaced
+   * by zeros. */
+  gang__set_shape(m->managed, prank >= 0 ? prank : 0, nparts);
   const char *what = "configure of the replica gang";
   if (changed) {
     char addr[512];

@@ -1,7 +1,7 @@
 /* The public gang API: argument checks at the boundary, sticky errors,
  * blocking calls as post + wait on a work that lives on the caller's stack
- * (so a blocking collective allocates nothing), and the operations built on
- * the backend's collectives: split and variable-size payloads. */
+ * (so a blocking collective allocates nothing), and split, built on the
+ * backend's collectives. Variable-size payloads are bytes.c's. */
 #include <inttypes.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -55,6 +55,13 @@ gang_status gang__new(const gang__ops *ops, void *impl, int rank, int size,
   pthread_mutex_init(&g->mu, NULL);
   *out = g;
   return GANG_OK;
+}
+
+void gang__set_shape(gang_t *g, int rank, int size) {
+  pthread_mutex_lock(&g->mu);
+  g->rank = rank;
+  g->size = size;
+  pthread_mutex_unlock(&g->mu);
 }
 
 gang_status gang__fail(gang_t *g, gang_status st) {
@@ -154,8 +161,8 @@ static gang_status checked_bytes(const char *fn, size_t count, gang_dtype dtype,
   return GANG_OK;
 }
 
-static gang_status check_rank_arg(const char *fn, const char *what, int r,
-                                  const gang_t *g) {
+gang_status gang__check_rank_arg(const char *fn, const char *what, int r,
+                                 const gang_t *g) {
   if (r < 0 || r >= g->size)
     return gang__error(GANG_INVALID_ARGUMENT,
                        "%s: %s %d is not a rank of this gang (size %d)", fn,
@@ -179,7 +186,7 @@ static gang_status validate(gang_t *g, const gang__coll *c, const char *fn) {
     GANG_CHECK(checked_bytes(fn, c->count, c->dtype, 1, &bytes));
     GANG_ARG_CHECK(c->out != NULL || bytes == 0, fn,
                    "buf is NULL with count %zu", c->count);
-    return check_rank_arg(fn, "source_rank", c->root, g);
+    return gang__check_rank_arg(fn, "source_rank", c->root, g);
   case GANG_COLL_ALL_GATHER:
     GANG_CHECK(checked_bytes(fn, c->count, c->dtype, n, &bytes));
     GANG_ARG_CHECK((c->out != NULL && c->in != NULL) || bytes == 0, fn,
@@ -231,7 +238,7 @@ static gang_status validate(gang_t *g, const gang__coll *c, const char *fn) {
     GANG_ARG_CHECK(c->out != NULL || c->in != NULL || c->count == 0, fn,
                    "buf is NULL with %zu bytes", c->count);
     GANG_ARG_CHECK(c->tag >= 0, fn, "tag %d is negative", c->tag);
-    GANG_CHECK(check_rank_arg(fn, "peer", c->peer, g));
+    GANG_CHECK(gang__check_rank_arg(fn, "peer", c->peer, g));
     GANG_ARG_CHECK(c->peer != g->rank, fn, "peer %d is this rank", c->peer);
     return GANG_OK;
   case GANG_COLL_KIND_COUNT:
@@ -686,125 +693,4 @@ gang_status gang_split(gang_t *g, int color, int key, gang_t **out) {
   }
   *out = result;
   return GANG_OK;
-}
-
-/* ---- Variable-size payloads ---------------------------------------------- */
-
-gang_status gang_broadcast_bytes(gang_t *g, void **data, size_t *len,
-                                 int source_rank) {
-  const char *fn = "gang_broadcast_bytes";
-  GANG_ARG_CHECK(g != NULL, fn, "gang is NULL");
-  GANG_ARG_CHECK(data != NULL && len != NULL, fn, "data or len is NULL");
-  GANG_CHECK(check_rank_arg(fn, "source_rank", source_rank, g));
-  int is_source = g->rank == source_rank;
-  if (!is_source && g->ops->simulated)
-    return gang__error(GANG_NOT_SUPPORTED,
-                       "%s: rank %d of a fake gang cannot receive from "
-                       "source %d: the payload exists only on the source",
-                       fn, g->rank, source_rank);
-  if (is_source)
-    GANG_ARG_CHECK(*data != NULL || *len == 0, fn,
-                   "*data is NULL with *len %zu on the source", *len);
-  uint64_t n = is_source ? (uint64_t)*len : 0;
-  GANG_CHECK(gang_broadcast(g, &n, 1, GANG_UINT64, source_rank));
-  if (is_source)
-    return gang_broadcast(g, *data, (size_t)n, GANG_UINT8, source_rank);
-  if (n > SIZE_MAX - 1)
-    return gang__fail(g, gang__error(GANG_PROTOCOL,
-                                     "%s: source announced %llu bytes", fn,
-                                     (unsigned long long)n));
-  void *buf = malloc((size_t)n + 1);
-  if (buf == NULL)
-    return gang__fail(g, gang__error(GANG_NO_MEMORY,
-                                     "%s: cannot allocate %llu bytes", fn,
-                                     (unsigned long long)n));
-  gang_status st = gang_broadcast(g, buf, (size_t)n, GANG_UINT8, source_rank);
-  if (st != GANG_OK) {
-    free(buf);
-    return st;
-  }
-  ((char *)buf)[n] = '\0';
-  *data = buf;
-  *len = (size_t)n;
-  return GANG_OK;
-}
-
-gang_status gang_all_gather_bytes(gang_t *g, const void *data, size_t len,
-                                  void ***outs, size_t **lens) {
-  const char *fn = "gang_all_gather_bytes";
-  GANG_ARG_CHECK(g != NULL, fn, "gang is NULL");
-  GANG_ARG_CHECK(data != NULL || len == 0, fn, "data is NULL with len %zu",
-                 len);
-  GANG_ARG_CHECK(outs != NULL && lens != NULL, fn, "outs or lens is NULL");
-  size_t n = (size_t)g->size;
-  uint64_t mine = len;
-  uint64_t *all = calloc(n, sizeof *all);
-  void **blobs = calloc(n, sizeof *blobs);
-  size_t *sizes = calloc(n, sizeof *sizes);
-  uint8_t *padded = NULL, *gathered = NULL;
-  gang_status st = GANG_OK;
-  if (all == NULL || blobs == NULL || sizes == NULL) {
-    st = gang__error(GANG_NO_MEMORY, "%s: out of memory", fn);
-    goto fail;
-  }
-  st = gang_all_gather(g, all, &mine, 1, GANG_UINT64);
-  if (st != GANG_OK)
-    goto fail;
-  /* Every rank contributes a slot of the largest length: one all_gather,
-   * no fixed maximum (fairseq's all_gather_list had one). */
-  uint64_t max = 0;
-  for (size_t i = 0; i < n; i++)
-    max = all[i] > max ? all[i] : max;
-  if (max > SIZE_MAX / n - 1) {
-    st = gang__fail(g, gang__error(GANG_NO_MEMORY,
-                                   "%s: %zu ranks x %llu bytes is too much", fn,
-                                   n, (unsigned long long)max));
-    goto fail;
-  }
-  padded = calloc(1, (size_t)max + 1);
-  gathered = malloc(n * (size_t)max + 1);
-  if (padded == NULL || gathered == NULL) {
-    st = gang__fail(g, gang__error(GANG_NO_MEMORY,
-                                   "%s: cannot allocate %zu x %llu bytes", fn,
-                                   n, (unsigned long long)max));
-    goto fail;
-  }
-  if (len)
-    memcpy(padded, data, len);
-  st = gang_all_gather(g, gathered, padded, (size_t)max, GANG_UINT8);
-  if (st != GANG_OK)
-    goto fail;
-  for (size_t i = 0; i < n; i++) {
-    blobs[i] = malloc((size_t)all[i] + 1);
-    if (blobs[i] == NULL) {
-      st = gang__error(GANG_NO_MEMORY, "%s: out of memory", fn);
-      goto fail;
-    }
-    memcpy(blobs[i], gathered + i * max, (size_t)all[i]);
-    ((char *)blobs[i])[all[i]] = '\0';
-    sizes[i] = (size_t)all[i];
-  }
-  free(all);
-  free(padded);
-  free(gathered);
-  *outs = blobs;
-  *lens = sizes;
-  return GANG_OK;
-fail:
-  for (size_t i = 0; blobs != NULL && i < n; i++)
-    free(blobs[i]);
-  free(all);
-  free(blobs);
-  free(sizes);
-  free(padded);
-  free(gathered);
-  return st;
-}
-
-void gang_bytes_free(gang_t *g, void **outs, size_t *lens) {
-  if (outs != NULL && g != NULL)
-    for (int i = 0; i < g->size; i++)
-      free(outs[i]);
-  free(outs);
-  free(lens);
 }

@@ -110,6 +110,13 @@ struct gang_work {
  * comes from `timeout_ms` (0 = GANG_TIMEOUT). */
 gang_status gang__new(const gang__ops *ops, void *impl, int rank, int size,
                       gang_device device, int64_t timeout_ms, gang_t **out);
+/* INVALID_ARGUMENT naming fn and `what` unless r is a rank of g. */
+gang_status gang__check_rank_arg(const char *fn, const char *what, int r,
+                                 const gang_t *g);
+/* A backend whose members change (a managed gang, whose size is a
+ * quorum's participants) sets the rank and size its callers read. Any
+ * thread. */
+void gang__set_shape(gang_t *g, int rank, int size);
 
 /* Marks `w` complete with `st`, keeping this thread's error detail; a
  * failure also breaks the gang. */

@@ -174,13 +174,6 @@ static void pg_abort(gang_t *g) {
   gang__pg_flight_failed(g, why);
 }
 
-void gang__pg_flight_failed(gang_t *g, const char *why) {
-  gang__pg *p = g->impl;
-  if (p->flight == NULL || atomic_exchange(&p->w->flight_dumped, true))
-    return;
-  gang__flight_dump_world(p->w, why);
-}
-
 static void pg_destroy(gang_t *g) {
   gang__pg *p = g->impl;
   if (p == NULL)

@@ -1,6 +1,7 @@
 /* What every way of running a call of a process-group gang needs:
  * names for errors, a shared-memory channel prepared for the call, the
- * algorithms' view of it over TCP, and the table's facts of a TCP call.
+ * algorithms' view of it over TCP, the table's facts of a TCP call, and
+ * the flight records' dump when the world fails. pg.c, pg_queue.c,
  * pg_exec.c, pg_hier.c and pg_p2p.c use it; it uses none of them. */
 #include <string.h>
 
@@ -101,14 +102,27 @@ algo_ctx gang__pg_tcp_ctx(gang__pg *p, const gang_work *w, int rank, int size,
       .what = what,
       .scratch = &p->scratch[0],
       .scratch_cap = &p->scratch_cap[0],
+      .stage = &p->scratch[1],
+      .stage_cap = &p->scratch_cap[1],
   };
 }
 
-gang_status gang__pg_tcp_allreduce(gang__pg *p, algo_ctx *a,
-                                   const gang__coll *c) {
-  algo_facts f = gang__pg_tcp_facts(c, a->size);
-  if (gang__algo_select(&p->w->choice, ALGO_ALL_REDUCE, ALGO_PATH_TCP, &f) ==
-      ALGO_TCP_RING)
-    return gang__algo_allreduce_ring(a, c->out, c->count, c->dtype, c->op);
-  return gang__algo_allreduce_rd(a, c->out, c->count, c->dtype, c->op);
+algo_call gang__pg_algo_call(const gang__coll *c) {
+  return (algo_call){.out = c->out,
+                     .in = c->in,
+                     .count = c->count,
+                     .dtype = c->dtype,
+                     .op = c->op,
+                     .root = c->root,
+                     .out_counts = c->out_counts,
+                     .in_counts = c->in_counts};
+}
+
+/* ---- The world failed ------------------------------------------------ */
+
+void gang__pg_flight_failed(gang_t *g, const char *why) {
+  gang__pg *p = g->impl;
+  if (p->flight == NULL || atomic_exchange(&p->w->flight_dumped, true))
+    return;
+  gang__flight_dump_world(p->w, why);
 }

@@ -107,12 +107,22 @@ static algo_id local_algo(gang__pg *p, algo_coll coll, size_t bytes,
   return a != ALGO_AUTO ? a : gang__algo_select(NULL, coll, ALGO_PATH_SHM, &f);
 }
 
+/* The TCP algorithm among the leaders: the table's for nhosts members (a
+ * forced one when it can run there). */
+static algo_id leaders_algo(gang__pg *p, algo_coll coll, const gang__coll *c) {
+  algo_facts f = gang__pg_tcp_facts(c, p->hier->nhosts);
+  return gang__algo_select(&p->w->choice, coll, ALGO_PATH_TCP, &f);
+}
+
 bool gang__pg_execute_hier(gang_t *g, gang_work *w, gang_status *st) {
   gang__pg *p = g->impl;
   pg_hier *h = p->hier;
   const gang__coll *c = &w->coll;
-  if (c->kind != GANG_COLL_ALL_REDUCE && c->kind != GANG_COLL_BROADCAST &&
-      c->kind != GANG_COLL_BARRIER)
+  algo_coll coll = c->kind == GANG_COLL_ALL_REDUCE  ? ALGO_ALL_REDUCE
+                   : c->kind == GANG_COLL_BROADCAST ? ALGO_BROADCAST
+                   : c->kind == GANG_COLL_BARRIER   ? ALGO_BARRIER
+                                                    : ALGO_COLL_COUNT;
+  if (coll == ALGO_COLL_COUNT)
     return false;
   gang__shm_chan *ch = h->local;
   size_t bytes = c->count * gang_dtype_size(c->dtype);
@@ -126,40 +136,52 @@ bool gang__pg_execute_hier(gang_t *g, gang_work *w, gang_status *st) {
                      ", hosts");
   algo_ctx a = gang__pg_tcp_ctx(p, w, h->my_host, h->nhosts, h->leaders, h->ctx,
                                 deadline, what);
+  algo_call k = gang__pg_algo_call(c);
+  algo_id ta = leaders_algo(p, coll, c);
   *st = GANG_OK;
-  switch (c->kind) {
-  case GANG_COLL_BARRIER: {
+  switch (coll) {
+  case ALGO_BARRIER: {
     algo_id la = ch != NULL ? local_algo(p, ALGO_BARRIER, 0, 0) : ALGO_AUTO;
     if (ch != NULL)
-      *st = gang__shm_barrier(ch, la);
+      *st = gang__algo_run_shm(ch, ALGO_BARRIER, la, &k);
     if (*st == GANG_OK && h->leader)
-      *st = gang__algo_barrier_dissemination(&a);
+      *st = gang__algo_run_tcp(&a, ALGO_BARRIER, ta, &k);
     if (*st == GANG_OK && ch != NULL)
-      *st = gang__shm_barrier(ch, la);
+      *st = gang__algo_run_shm(ch, ALGO_BARRIER, la, &k);
     return true;
   }
-  case GANG_COLL_ALL_REDUCE:
+  case ALGO_ALL_REDUCE: {
+    /* Reduced in the host, among the leaders, then the host's leader
+     * (local member 0) broadcasts the result. */
+    algo_call from_leader = k;
+    from_leader.root = 0;
     if (ch != NULL)
-      *st =
-          gang__shm_allreduce(ch, c->out, c->count, c->dtype, c->op,
-                              local_algo(p, ALGO_ALL_REDUCE, bytes, c->count));
+      *st = gang__algo_run_shm(ch, ALGO_ALL_REDUCE,
+                               local_algo(p, ALGO_ALL_REDUCE, bytes, c->count),
+                               &k);
     if (*st == GANG_OK && h->leader)
-      *st = gang__pg_tcp_allreduce(p, &a, c);
+      *st = gang__algo_run_tcp(&a, ALGO_ALL_REDUCE, ta, &k);
     if (*st == GANG_OK && ch != NULL)
-      *st = gang__shm_bcast(ch, c->out, bytes, 0,
-                            local_algo(p, ALGO_BROADCAST, bytes, c->count));
+      *st = gang__algo_run_shm(ch, ALGO_BROADCAST,
+                               local_algo(p, ALGO_BROADCAST, bytes, c->count),
+                               &from_leader);
     return true;
-  case GANG_COLL_BROADCAST: {
+  }
+  case ALGO_BROADCAST: {
     int root_host = h->host_of[c->root];
     algo_id la =
         ch != NULL ? local_algo(p, ALGO_BROADCAST, bytes, c->count) : ALGO_AUTO;
+    algo_call in_host = k, among = k, from_leader = k;
+    in_host.root = h->local_of[c->root];
+    among.root = root_host;
+    from_leader.root = 0;
     /* The root's host first, so its leader has the data. */
     if (ch != NULL && h->my_host == root_host)
-      *st = gang__shm_bcast(ch, c->out, bytes, h->local_of[c->root], la);
+      *st = gang__algo_run_shm(ch, ALGO_BROADCAST, la, &in_host);
     if (*st == GANG_OK && h->leader)
-      *st = gang__algo_bcast_binomial(&a, c->out, bytes, root_host);
+      *st = gang__algo_run_tcp(&a, ALGO_BROADCAST, ta, &among);
     if (*st == GANG_OK && ch != NULL && h->my_host != root_host)
-      *st = gang__shm_bcast(ch, c->out, bytes, 0, la);
+      *st = gang__algo_run_shm(ch, ALGO_BROADCAST, la, &from_leader);
     return true;
   }
   default:

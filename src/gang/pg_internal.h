@@ -15,9 +15,11 @@
  *   pg_addr.c   the address this rank listens on
  *   pg_exit.c   the process's exit with worlds open: their ranks leave
  *
- * Calls go one way: pg_world -> pg -> pg_queue / pg_p2p; pg_queue ->
- * pg_exec -> pg_hier -> pg_call; pg_queue -> pg_diag; pg_world -> pg_addr;
- * pg_world, pg -> pg_exit -> pg_diag.
+ * Calls go one way (test_call_circles keeps it so): pg_world -> pg ->
+ * pg_queue -> pg_p2p; pg -> pg_p2p, pg_hier, pg_diag, pg_exit; pg_queue ->
+ * pg_exec -> pg_hier; pg_queue -> pg_diag; pg_world -> pg_addr, pg_exit,
+ * pg_diag; pg_exit -> pg_diag; pg, pg_queue, pg_p2p, pg_exec, pg_hier ->
+ * pg_call.
  * None of this is thread-safe unless said. */
 #ifndef GANG_GANG_PG_INTERNAL_H
 #define GANG_GANG_PG_INTERNAL_H
@@ -31,6 +33,7 @@
 #include <sys/types.h>
 
 #include "algo/algo.h"
+#include "algo/run.h"
 #include "algo/select.h"
 #include "flight.h"
 #include "gang_impl.h"
@@ -122,10 +125,6 @@ gang_status gang__pg_new(pg_world *w, const int *map, int size, int rank,
 /* Drops a reference to w; the last one frees it. */
 void gang__pg_world_release(pg_world *w);
 
-/* g's world failed (`why`): dumps the flight records of the world's gangs,
- * the first time only; nothing when g records nothing. */
-void gang__pg_flight_failed(gang_t *g, const char *why);
-
 /* ---- pg_exit.c ---- */
 
 /* Puts w on the process's list of live worlds, whose ranks leave when
@@ -168,6 +167,10 @@ gang_status gang__pg_execute(gang_t *g, gang_work *w);
 
 /* ---- pg_call.c ---- */
 
+/* g's world failed (`why`): dumps the flight records of the world's gangs,
+ * the first time only; nothing when g records nothing. */
+void gang__pg_flight_failed(gang_t *g, const char *why);
+
 /* "<kind> #<seq> (gang rank <rank>/<size><tail>)", for errors. */
 void gang__pg_name_call(char *out, size_t cap, gang__coll_kind kind,
                         uint64_t seq, int rank, int size, const char *tail);
@@ -185,9 +188,8 @@ algo_ctx gang__pg_tcp_ctx(gang__pg *p, const gang_work *w, int rank, int size,
                           const int *world, uint64_t ctx, int64_t deadline,
                           const char *what);
 
-/* all_reduce over TCP with the selected algorithm. */
-gang_status gang__pg_tcp_allreduce(gang__pg *p, algo_ctx *a,
-                                   const gang__coll *c);
+/* Call c as the algorithms' handlers take it (algo/run.h). */
+algo_call gang__pg_algo_call(const gang__coll *c);
 
 /* ---- pg_hier.c ---- */
 

@@ -17,6 +17,7 @@
 
 #include "harness/harness.h"
 
+#include "algo/run.h"
 #include "gang/gang.h"
 #include "pg.h"
 
@@ -82,6 +83,12 @@ static const forced cases[] = {
      {1, 5000, 300001},
      0},
     {"all_to_all=pairwise", "all_to_all", "pairwise", {1, 5000, 70001}, 0},
+    {"all_to_all_v=single_copy",
+     "all_to_all_v",
+     "single_copy",
+     {1, 5000, 300001},
+     0},
+    {"all_to_all_v=pairwise", "all_to_all_v", "pairwise", {1, 5000, 70001}, 0},
     {"barrier=flagged", "barrier", "flagged", {0, 0, 0}, 0},
     {"barrier=lines", "barrier", "lines", {0, 0, 0}, 0},
     {"barrier=dissemination", "barrier", "dissemination", {0, 0, 0}, 0},
@@ -173,6 +180,32 @@ static void run_all_to_all(gang_t *g, int rank, int size, size_t n) {
   free(out);
 }
 
+/* Rank r sends n + r + q elements to rank q (so it receives n + j + r from
+ * rank j); element i of the block for q is val(r, q * n + i). */
+static void run_all_to_all_v(gang_t *g, int rank, int size, size_t n) {
+  size_t in_counts[3], out_counts[3], in_total = 0, out_total = 0;
+  for (int q = 0; q < size; q++) {
+    in_counts[q] = n + (size_t)rank + (size_t)q;
+    out_counts[q] = n + (size_t)q + (size_t)rank;
+    in_total += in_counts[q];
+    out_total += out_counts[q];
+  }
+  float *in = malloc((in_total + 1) * sizeof *in);
+  float *out = malloc((out_total + 1) * sizeof *out);
+  size_t at = 0;
+  for (int q = 0; q < size; q++)
+    for (size_t i = 0; i < in_counts[q]; i++)
+      in[at++] = val(rank, (size_t)q * n + i);
+  RCHECK_OK(gang_all_to_all_v(g, out, out_counts, in, in_counts, GANG_FLOAT32));
+  check_last(g);
+  at = 0;
+  for (int j = 0; j < size; j++)
+    for (size_t i = 0; i < out_counts[j]; i++)
+      RCHECK(out[at++] == val(j, (size_t)rank * n + i));
+  free(in);
+  free(out);
+}
+
 static int rank_main(int rank, int size, void *arg) {
   (void)arg;
   gang_t *g = gt_join("algos", g_round, rank, size, 60000, 0);
@@ -189,6 +222,8 @@ static int rank_main(int rank, int size, void *arg) {
       run_reduce_scatter(g, rank, size, n);
     else if (strcmp(coll, "all_to_all") == 0)
       run_all_to_all(g, rank, size, n);
+    else if (strcmp(coll, "all_to_all_v") == 0)
+      run_all_to_all_v(g, rank, size, n);
     else {
       RCHECK_OK(gang_barrier(g));
       check_last(g);
@@ -212,6 +247,38 @@ static void test_every_algorithm(void **state) {
     }
   }
   unsetenv("GANG_ALGO");
+}
+
+/* The selection table and the handlers (src/algo/run.c) name the same
+ * pairs: a rule without a handler would fail when chosen, a handler
+ * without a rule could never run. The hierarchical path is no handler: it
+ * runs the others (pg_hier.c). A pair without a handler fails, naming it,
+ * and runs nothing else. */
+static void test_table_and_handlers_agree(void **state) {
+  (void)state;
+  int pairs = 0;
+  for (int c = 0; c < ALGO_COLL_COUNT; c++)
+    for (int a = 0; a < ALGO_COUNT; a++) {
+      if (a == ALGO_AUTO || a == ALGO_HIER)
+        continue;
+      bool rule = gang__algo_in_table((algo_coll)c, (algo_id)a);
+      bool handler = gang__algo_runs((algo_coll)c, (algo_id)a);
+      if (rule != handler)
+        fail_msg("%s / %s: %s", gang__algo_coll_name((algo_coll)c),
+                 gang__algo_name((algo_id)a),
+                 rule ? "in the table, no handler" : "a handler, no rule");
+      pairs += rule;
+    }
+  assert_int_equal(pairs, 28);
+  algo_call k = {0};
+  assert_int_equal(gang__algo_run_tcp(NULL, ALGO_BARRIER, ALGO_TCP_RING, &k),
+                   GANG_INTERNAL);
+  assert_non_null(strstr(gang_last_error(), "barrier over TCP: no algorithm "
+                                            "'ring'"));
+  assert_int_equal(
+      gang__algo_run_shm(NULL, ALGO_ALL_TO_ALL_V, ALGO_SHM_STAGED, &k),
+      GANG_INTERNAL);
+  assert_non_null(strstr(gang_last_error(), "all_to_all_v over shared memory"));
 }
 
 /* Ranks that disagree on GANG_ALGO fail at creation, naming both. */
@@ -302,9 +369,8 @@ static void test_pinned_ranks(void **state) {
 int main(void) {
   setenv("GANG_SHM_CMA", "1", 1);
   const struct CMUnitTest tests[] = {
-      GT_TEST(test_bad_setting),
-      GT_TEST(test_ranks_must_agree),
-      GT_TEST(test_pinned_ranks),
+      GT_TEST(test_table_and_handlers_agree), GT_TEST(test_bad_setting),
+      GT_TEST(test_ranks_must_agree),         GT_TEST(test_pinned_ranks),
       GT_TEST(test_every_algorithm),
   };
   return cmocka_run_group_tests(tests, gt_store_group_setup,
