@@ -19,6 +19,7 @@
 #include "core/sock.h"
 #include "gang/store.h"
 #include "lh_impl.h"
+#include "store/server.h"
 
 #define SLICE_MS 1000
 
@@ -306,6 +307,13 @@ gang_status gang__lh_next_notice(gang__lh_client *c, int64_t *cursor, char *id,
   void *v = NULL;
   size_t n = 0;
   gang_status s = get_within(c, key, timeout_ms, &v, &n);
+  if (s == GANG_TIMEOUT && gang__store_broken(c->st))
+    /* Not the lighthouse's "none yet": it stayed silent (stopped) past
+     * the wait and its grace, and the connection is unusable. */
+    return gang__error(GANG_PEER_LOST,
+                       "lighthouse %s: waiting for failure notice %" PRId64
+                       ": %s",
+                       c->addr, *cursor, gang_last_error());
   if (s == GANG_TIMEOUT)
     return gang__error(GANG_TIMEOUT,
                        "lighthouse %s: no failure notice %" PRId64

@@ -384,7 +384,8 @@ static void history_push(gang_lighthouse *L, const gang__lh_quorum *q) {
 static gang_status publish(gang_lighthouse *L, gang__lh_member *members,
                            int n) {
   const gang__lh_quorum *prev = L->prev.n > 0 ? &L->prev : NULL;
-  gang__lh_quorum q = {L->quorum_id, L->incarnation, L->round, n, members};
+  gang__lh_quorum q = {L->quorum_id, L->incarnation, L->round, n,
+                       members,      L->notices};
   if (gang__lh_new_id(prev, members, n))
     q.quorum_id++;
   /* The round advances before its quorum is written: a replica that has

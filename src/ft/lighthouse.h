@@ -74,6 +74,11 @@ typedef struct gang__lh_quorum {
   int64_t round;
   int n;
   gang__lh_member *members; /* malloc'd; gang__lh_quorum_fini frees */
+  /* Failure notices the lighthouse had sent when it computed the quorum:
+   * those concern earlier quorums (a replica they name that is a member
+   * here came back), so a manager takes notices from this one on. 0 in
+   * a record without the field: every notice counts. */
+  int64_t notices;
 } gang__lh_quorum;
 
 void gang__lh_quorum_fini(gang__lh_quorum *q);

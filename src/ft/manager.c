@@ -89,17 +89,23 @@ static void *heartbeat_main(void *arg) {
   return NULL;
 }
 
-/* Whether the notice of `id`'s death concerns this step: it is a member of
- * the quorum in use, or of the one being configured or healed in. Not
- * while the lighthouse is being asked: it sends notices before it
- * computes, so the coming quorum leaves the dead replica out, and a step
- * of it must not fail for a notice that arrived late. A quorum computed
- * just before the death, with the replica in, is m->q from the moment it
- * is configured: the notice then stops the configure or the heal. */
-static bool takes_notice(gang_manager *m, const char *id) {
+/* Whether notice `index` (of the lighthouse of incarnation `lh`) of
+ * `id`'s death concerns this step: it is a member of the quorum in use, or
+ * of the one being configured or healed in, and the notice came after
+ * that quorum was computed (an older one concerns an earlier quorum: the
+ * replica it names came back, say from a stop, or a manager that just
+ * started reads the notices from the first). Not while the lighthouse is
+ * being asked: it sends notices before it computes, so the coming quorum
+ * leaves the dead replica out, and a step of it must not fail for a notice
+ * that arrived late. A quorum computed just before the death, with the
+ * replica in, is m->q from the moment it is configured: the notice then
+ * stops the configure or the heal. */
+static bool takes_notice(gang_manager *m, const char *id, int64_t index,
+                         uint64_t lh) {
   pthread_mutex_lock(&m->mu);
   bool yes = false;
-  if (m->phase != MGR_ASKING && !m->quorum_requested && !m->voting)
+  bool after = m->q.incarnation != lh || index >= m->q.notices;
+  if (m->phase != MGR_ASKING && !m->quorum_requested && !m->voting && after)
     for (int i = 0; i < m->q.n && !yes; i++)
       yes = strcmp(m->q.members[i].replica_id, id) == 0 &&
             strcmp(id, m->replica_id) != 0;
@@ -129,7 +135,10 @@ static void *notice_main(void *arg) {
       c = NULL;
       continue;
     }
-    if (!takes_notice(m, id))
+    bool taken = takes_notice(m, id, cursor - 1, incarnation);
+    GANG_INFO(FT, "replica %s: failure notice %" PRId64 " (%s): %s",
+              m->replica_id, cursor - 1, id, taken ? "taken" : "passed over");
+    if (!taken)
       continue;
     char why[256];
     snprintf(why, sizeof why,

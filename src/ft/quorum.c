@@ -61,14 +61,15 @@ size_t gang__lh_member_encode(const gang__lh_member *m, char *buf, size_t cap) {
 }
 
 char *gang__lh_quorum_encode(const gang__lh_quorum *q, size_t *len) {
-  size_t cap = 160 + (size_t)(q->n > 0 ? q->n : 0) * (GANG_LH_ID_MAX + 256);
+  size_t cap = 200 + (size_t)(q->n > 0 ? q->n : 0) * (GANG_LH_ID_MAX + 256);
   char *buf = malloc(cap);
   if (buf == NULL)
     return NULL;
-  size_t off = (size_t)snprintf(buf, cap,
-                                "quorum_id=%" PRId64 "\nincarnation=%016" PRIx64
-                                "\nround=%" PRId64 "\nmembers=%d\n",
-                                q->quorum_id, q->incarnation, q->round, q->n);
+  size_t off = (size_t)snprintf(
+      buf, cap,
+      "quorum_id=%" PRId64 "\nincarnation=%016" PRIx64 "\nround=%" PRId64
+      "\nnotices=%" PRId64 "\nmembers=%d\n",
+      q->quorum_id, q->incarnation, q->round, q->notices, q->n);
   for (int i = 0; i < q->n && off < cap; i++) {
     const gang__lh_member *m = &q->members[i];
     off += (size_t)snprintf(buf + off, cap - off,
@@ -315,7 +316,7 @@ static gang_status parse_hex64(const reader *r, span k, span v, uint64_t *out) {
   return GANG_OK;
 }
 
-enum { Q_ID = 1, Q_INC = 2, Q_ROUND = 4, Q_N = 8 };
+enum { Q_ID = 1, Q_INC = 2, Q_ROUND = 4, Q_N = 8, Q_NOTICES = 16 };
 
 static gang_status quorum_field(reader *r, span k, span v, gang__lh_quorum *q,
                                 unsigned *have, int *got_members) {
@@ -331,6 +332,10 @@ static gang_status quorum_field(reader *r, span k, span v, gang__lh_quorum *q,
   if (span_is(k, "round")) {
     GANG_CHECK(seen(r, k, have, Q_ROUND));
     return parse_num(r, k, v, 0, INT64_MAX, &q->round);
+  }
+  if (span_is(k, "notices")) { /* optional: 0 without it */
+    GANG_CHECK(seen(r, k, have, Q_NOTICES));
+    return parse_num(r, k, v, 0, INT64_MAX, &q->notices);
   }
   if (span_is(k, "members")) {
     GANG_CHECK(seen(r, k, have, Q_N));

@@ -54,4 +54,10 @@ int gang__store_server_wait_retired(int64_t deadline);
  * without waiting; st must not be closed meanwhile. */
 void gang__store_interrupt(gang_store *st, const char *why);
 
+/* Whether st's connection failed (the server closed it, or stayed silent
+ * past a call's deadline and grace): every later call on st fails at once,
+ * so its owner must open a new handle. A timeout that the server answered
+ * leaves it usable. False for a store without a connection. */
+bool gang__store_broken(gang_store *st);
+
 #endif

@@ -195,6 +195,18 @@ void gang__store_interrupt(gang_store *st, const char *why) {
     b->ops->interrupt(b, why);
 }
 
+bool gang__store_broken(gang_store *st) {
+  if (st == NULL)
+    return false;
+  gang_store *b = backend(st);
+  if (b->ops == NULL || b->ops->broken == NULL)
+    return false;
+  pthread_mutex_lock(&b->mu);
+  bool broken = b->ops->broken(b);
+  pthread_mutex_unlock(&b->mu);
+  return broken;
+}
+
 static int64_t deadline_of(const gang_store *st, int64_t timeout_ms) {
   return gang__deadline_in_ms(timeout_ms < 0 ? st->timeout_ms : timeout_ms);
 }

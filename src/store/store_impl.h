@@ -68,6 +68,9 @@ typedef struct gang__store_ops {
    * handle's lock; the call in flight and every later one fail
    * (gang__store_interrupt). */
   void (*interrupt)(gang_store *st, const char *why);
+  /* Optional: whether the connection failed for good (gang__store_broken).
+   * Under the handle's lock. */
+  bool (*broken)(gang_store *st);
 } gang__store_ops;
 
 struct gang_store {

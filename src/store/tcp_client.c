@@ -257,6 +257,11 @@ static void tcp_interrupt(gang_store *st, const char *why) {
   pthread_mutex_unlock(&c->fd_mu);
 }
 
+static bool tcp_broken(gang_store *st) {
+  tcp_client *c = impl_of(st);
+  return c != NULL && c->broken != GANG_OK;
+}
+
 /* Marks the connection broken with the current detail; returns st. */
 static gang_status break_conn(tcp_client *c, gang_status st) {
   pthread_mutex_lock(&c->fd_mu);
@@ -701,4 +706,5 @@ const gang__store_ops gang__store_tcp_ops = {
     .multi_set = tcp_multi_set,
     .close = tcp_close,
     .interrupt = tcp_interrupt,
+    .broken = tcp_broken,
 };

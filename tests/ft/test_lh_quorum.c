@@ -77,7 +77,8 @@ static const char *run(world *w, const gang__lh_quorum *prev, int64_t dt,
 
 /* A previous quorum of the given ids (sorted, as quorums are). */
 static gang__lh_quorum prev_of(int64_t id, const char *const *ids, int n) {
-  gang__lh_quorum q = {id, 7, 3, n, calloc((size_t)n, sizeof(gang__lh_member))};
+  gang__lh_quorum q = {id, 7, 3, n, calloc((size_t)n, sizeof(gang__lh_member)),
+                       0};
   for (int i = 0; i < n; i++) {
     snprintf(q.members[i].replica_id, GANG_LH_ID_MAX, "%s", ids[i]);
     q.members[i].world_size = 1;
@@ -326,6 +327,7 @@ static void test_round_trips(void **state) {
   gang__lh_quorum q = prev_of(INT64_MAX, ids, 3), qb;
   q.incarnation = UINT64_MAX;
   q.round = 12345;
+  q.notices = 31;
   q.members[1].step = 7;
   q.members[2].commit_failures = 2;
   q.members[2].commit_inc = 0x0123456789abcdefull;
@@ -339,9 +341,22 @@ static void test_round_trips(void **state) {
   assert_int_equal(qb.quorum_id, INT64_MAX);
   assert_true(qb.incarnation == UINT64_MAX);
   assert_int_equal(qb.round, 12345);
+  assert_int_equal(qb.notices, 31);
   assert_int_equal(qb.n, 3);
   for (int i = 0; i < 3; i++)
     member_eq(&q.members[i], &qb.members[i]);
+  /* A record without notices= (an older lighthouse's): every notice
+   * counts. */
+  char *old = strdup(rec);
+  char *at = strstr(old, "notices=31\n");
+  assert_non_null(at);
+  memmove(at, at + strlen("notices=31\n"),
+          strlen(at + strlen("notices=31\n")) + 1);
+  gang__lh_quorum_fini(&qb);
+  assert_gang_ok(quorum_dec(old, strlen(old), &qb));
+  assert_int_equal(qb.notices, 0);
+  assert_int_equal(qb.n, 3);
+  free(old);
   /* Unknown well-formed keys are skipped (a newer writer's fields). */
   char *more = malloc(len + 64);
   snprintf(more, len + 64, "future_field=x y z\n%s", rec);
