@@ -13,16 +13,7 @@ set -u
 src=$1
 build=$2
 cluster=$src/scripts/cluster
-skip() {
-  if [ "${GANG_TEST_REQUIRE_NETNS:-0}" = 1 ]; then
-    echo "FAIL (GANG_TEST_REQUIRE_NETNS=1): $*"
-    exit 1
-  fi
-  echo "SKIP: $*"
-  exit 77
-}
-[ "$(id -u)" = 0 ] || skip "needs root to make network namespaces"
-command -v ip >/dev/null 2>&1 || skip "no ip command (iproute2)"
+. "$(dirname "$0")/netns_skip.sh"
 command -v nsenter >/dev/null 2>&1 || skip "no nsenter (util-linux)"
 
 name=gt$(( $$ % 10000 ))

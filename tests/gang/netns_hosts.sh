@@ -17,16 +17,7 @@ bench=$build/tools/gang-bench/gang-bench
 # makes a skip a failure: this test holds the only check that the
 # hierarchical path is chosen across hosts, and the only one of rank 0
 # hosting the store.
-skip() {
-  if [ "${GANG_TEST_REQUIRE_NETNS:-0}" = 1 ]; then
-    echo "FAIL (GANG_TEST_REQUIRE_NETNS=1): $*"
-    exit 1
-  fi
-  echo "SKIP: $*"
-  exit 77
-}
-[ "$(id -u)" = 0 ] || skip "needs root to make network namespaces"
-command -v ip >/dev/null 2>&1 || skip "no ip command (iproute2)"
+. "$(dirname "$0")/netns_skip.sh"
 
 tag=$(( $$ % 100000 ))
 A=gang-a-$tag
