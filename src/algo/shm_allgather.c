@@ -1,4 +1,5 @@
-/* all_gather over shared memory.
+/* all_gather over shared memory. Where the table prefers each algorithm
+ * is select.c's rules (gang-info prints them), not repeated here.
  *
  *   small (blocks up to 1 KiB): one step, each member's block in its step
  *     line or small slot.
@@ -6,7 +7,7 @@
  *     publishes, waits for all, and copies every other member's chunk to
  *     its place in out. One step per chunk; each member reads (p-1)
  *     chunks.
- *   single copy (from 32 KiB per block, when allowed): each member
+ *   single copy (larger blocks, when allowed): each member
  *     publishes its input's address; everyone pulls every other block
  *     straight into out, then waits until all pulls are done. */
 #include <string.h>

@@ -1,5 +1,6 @@
 /* all_reduce over shared memory. The algorithms, which the table in
- * select.c chooses from by size:
+ * select.c chooses from by size (gang-info prints where; the limits below
+ * are the algorithms' own):
  *
  *   flagged lines (up to SHM_LL_ALLREDUCE_MAX, 9 lines: 504 bytes): each
  *     member writes its data into flagged lines (shm_ll.c) and polls every
@@ -12,7 +13,7 @@
  *     against 0.81-0.85 far).
  *   small (≤ 1 KiB): the data rides in the member's small slot of the
  *     step, read once its step line is published.
- *   all-read (up to 16 KiB): each member stages its buffer, then
+ *   all-read (small buffers): each member stages its buffer, then
  *     reduces every member's staged copy into its buffer. One step, which
  *     is most of the cost of a small call.
  *   reduce-scatter + all-gather (larger): per chunk, each member stages
@@ -22,10 +23,10 @@
  *     (p-1)/p of the chunk in, reads 2(p-1)/p of it from the others and
  *     reduces 1/p. Measured faster than all-read from 32 KiB up even for
  *     two members (14-16 GB/s against 9-10 at 256 KiB-4 MiB).
- *   single copy (three or more members, from 1 MiB, when allowed): each
+ *   single copy (three or more members, large buffers, when allowed): each
  *     member pulls its block straight from the others' buffers, reduces,
  *     then pulls the others' reduced blocks. Three steps, no staging.
- *     Two members take it from 16 MiB when they measured it faster than
+ *     Two members take it for the largest when they measured it faster than
  *     staged chunks ("Staged or single copy: measured" below).
  *
  * Results are bit-identical on every member: every element is reduced in

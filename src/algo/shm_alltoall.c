@@ -1,9 +1,10 @@
-/* all_to_all over shared memory.
+/* all_to_all over shared memory. Where the table prefers each algorithm
+ * is select.c's rules (gang-info prints them), not repeated here.
  *
  *   staged (equal blocks): per step, each member stages a part (shm_part)
  *     of every block of its input, one per destination; then copies its
  *     part from every member's staging to out.
- *   single copy (from 16 KiB per block, when allowed, 256 KiB when
+ *   single copy (larger blocks, when allowed, larger still when
  *     oversubscribed, and always for variable blocks): each member publishes
  * its input's address (and for all_to_all_v the offset of each destination's
  * block); everyone pulls its blocks straight into out, then waits for all

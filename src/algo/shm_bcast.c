@@ -7,7 +7,7 @@
  *     copies it out and publishes. The root waits for everyone only before
  *     reusing a buffer, so it runs at most one chunk ahead of the slowest
  *     reader and copy-in overlaps copy-out.
- *   single copy (from 64 KiB, when allowed): the root publishes
+ *   single copy (larger buffers, when allowed): the root publishes
  *     its buffer's address; the others pull it with process_vm_readv and
  *     publish; the root returns once all have. One copy per reader. With
  *     two members the root would idle, so it pushes the first half

@@ -5,7 +5,7 @@
  *     of its input, one part per destination; each member then reduces its
  *     own part from every member's staging into out. Each member copies
  *     its whole input once and reads (p-1)/p of it from the others.
- *   single copy (from 256 KiB per block, when allowed): each member
+ *   single copy (larger blocks, when allowed; select.c says where): each member
  *     pulls its block from the others' inputs a cache-sized piece at a
  *     time and reduces; nothing is staged. */
 #include <string.h>
