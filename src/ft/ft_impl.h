@@ -28,6 +28,12 @@ typedef struct gang__ft_ops {
 gang_status gang__ft_claim_prefix(const char *store_addr, int size,
                                   int64_t timeout_ms);
 
+/* Waits until `deadline` for `inner`, the work of an inner gang that a
+ * wrapper's work forwards to (reconfig.c, managed.c, swallow.c): true when
+ * it completed, with its status in *st; false when the wait ended first
+ * (*st: the wait's status; the inner gang failed with it). */
+bool gang__ft_inner_wait(gang_work *inner, int64_t deadline, gang_status *st);
+
 /* Sets g's rank and size (a new incarnation) and clears its sticky error. */
 void gang__ft_reset(gang_t *g, int rank, int size);
 

@@ -7,7 +7,6 @@
  * unchanged. */
 #include <stdlib.h>
 
-#include "core/clock.h"
 #include "core/error.h"
 #include "ft_impl.h"
 #include "manager_impl.h"
@@ -42,15 +41,10 @@ static void collect(gang_work *w, gang_status st) {
 }
 
 static gang_status managed_wait(gang_work *w, int64_t deadline) {
-  gang_work *inner = w->impl;
-  if (inner == NULL)
+  if (w->impl == NULL)
     return w->status;
-  int64_t ms =
-      deadline == GANG_DEADLINE_NONE ? -1 : gang__deadline_poll_ms(deadline);
-  gang_status st = gang_work_wait(inner, ms);
-  int done = 0;
-  (void)gang_work_test(inner, &done);
-  if (!done)
+  gang_status st;
+  if (!gang__ft_inner_wait(w->impl, deadline, &st))
     return st;
   collect(w, st);
   return w->status;

@@ -301,19 +301,23 @@ static void collect(gang_t *g, gang_work *w, gang_status st) {
     gang__work_complete(w, st);
 }
 
+bool gang__ft_inner_wait(gang_work *inner, int64_t deadline, gang_status *st) {
+  int64_t ms =
+      deadline == GANG_DEADLINE_NONE ? -1 : gang__deadline_poll_ms(deadline);
+  *st = gang_work_wait(inner, ms);
+  int done = 0;
+  (void)gang_work_test(inner, &done);
+  return done != 0;
+}
+
 static gang_status ft_wait(gang_work *w, int64_t deadline) {
   ft_work *x = w->impl;
   if (x == NULL)
     return w->status;
-  int64_t ms =
-      deadline == GANG_DEADLINE_NONE ? -1 : gang__deadline_poll_ms(deadline);
-  gang_status st = gang_work_wait(x->inner, ms);
-  int done = 0;
-  (void)gang_work_test(x->inner, &done);
-  if (!done)
-    return st; /* the inner gang failed with the timeout */
-  collect(w->g, w, st);
-  return st;
+  gang_status st;
+  if (gang__ft_inner_wait(x->inner, deadline, &st))
+    collect(w->g, w, st);
+  return st; /* not done: the inner gang failed with the timeout */
 }
 
 static void ft_test(gang_work *w) {

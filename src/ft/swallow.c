@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/clock.h"
 #include "core/error.h"
 #include "ft_impl.h"
 
@@ -82,23 +81,18 @@ static void collect(gang_work *w, gang_status st) {
 }
 
 static gang_status swallow_wait(gang_work *w, int64_t deadline) {
-  gang_work *inner = w->impl;
-  if (inner == NULL)
+  if (w->impl == NULL)
     return w->status;
-  int64_t ms =
-      deadline == GANG_DEADLINE_NONE ? -1 : gang__deadline_poll_ms(deadline);
-  gang_status st = gang_work_wait(inner, ms);
-  int done = 0;
-  (void)gang_work_test(inner, &done);
-  if (!done) {
-    /* Timed out with the inner work still running: the inner gang is
-     * failed; a guarded call records it and reports success. */
-    gang_work_free(inner); /* aborts the inner gang and waits it out */
-    w->impl = NULL;
-    finish(w, st);
+  gang_status st;
+  if (gang__ft_inner_wait(w->impl, deadline, &st)) {
+    collect(w, st);
     return w->status;
   }
-  collect(w, st);
+  /* Timed out with the inner work still running: the inner gang is
+   * failed; a guarded call records it and reports success. */
+  gang_work_free(w->impl); /* aborts the inner gang and waits it out */
+  w->impl = NULL;
+  finish(w, st);
   return w->status;
 }
 
