@@ -91,27 +91,27 @@ static gang_status bcast_staged(gang__shm_chan *c, void *buf, size_t bytes,
 
 /* ---- The handlers (run.c) ---------------------------------------------- */
 
-/* The bytes to send; 0 when there is nothing to do (or nobody to tell). */
-static size_t bytes_of(const gang__shm_chan *c, const algo_call *k) {
-  return c->size == 1 ? 0 : k->count * gang_dtype_size(k->dtype);
+/* Runs broadcast `alg` for call k, unless there is nothing to send or
+ * nobody to send it to. */
+static gang_status run(gang__shm_chan *c, const algo_call *k,
+                       gang_status (*alg)(gang__shm_chan *, void *, size_t,
+                                          int)) {
+  size_t n = k->count * gang_dtype_size(k->dtype);
+  return c->size == 1 || n == 0 ? GANG_OK : alg(c, k->out, n, k->root);
 }
 
 gang_status gang__shm_bcast_small(gang__shm_chan *c, const algo_call *k) {
-  size_t n = bytes_of(c, k);
-  return n == 0 ? GANG_OK : bcast_small(c, k->out, n, k->root);
+  return run(c, k, bcast_small);
 }
 
 gang_status gang__shm_bcast_two_ends(gang__shm_chan *c, const algo_call *k) {
-  size_t n = bytes_of(c, k);
-  return n == 0 ? GANG_OK : bcast_two_ends(c, k->out, n, k->root);
+  return run(c, k, bcast_two_ends);
 }
 
 gang_status gang__shm_bcast_single_copy(gang__shm_chan *c, const algo_call *k) {
-  size_t n = bytes_of(c, k);
-  return n == 0 ? GANG_OK : bcast_single_copy(c, k->out, n, k->root);
+  return run(c, k, bcast_single_copy);
 }
 
 gang_status gang__shm_bcast_staged(gang__shm_chan *c, const algo_call *k) {
-  size_t n = bytes_of(c, k);
-  return n == 0 ? GANG_OK : bcast_staged(c, k->out, n, k->root);
+  return run(c, k, bcast_staged);
 }
