@@ -242,19 +242,20 @@ static gang_status prune(gang_lighthouse *L, int64_t now) {
 
 /* A member of the last quorum whose heartbeat expired: the survivors'
  * managers wait on these notices to abort the replica gang's pending
- * collectives instead of sitting out the collective timeout. */
+ * collectives instead of sitting out the collective timeout. A replica
+ * seen healthy may die again: whether it is a member of the last quorum
+ * or not (one back from a stop, say, that the next quorum takes in and
+ * that dies before the tick after it) -- so every healthy replica may have
+ * a notice again, not only the members. */
 static gang_status send_notices(gang_lighthouse *L, int64_t now) {
   char key[GANG__LH_KEY_CAP];
+  for (int i = 0; i < L->nreps; i++)
+    if (healthy(L, i, now))
+      L->ext[i].noticed = false;
   for (int m = 0; m < L->prev.n; m++) {
     const char *id = L->prev.members[m].replica_id;
     int i = find(L, id);
-    if (i < 0)
-      continue;
-    if (healthy(L, i, now)) {
-      L->ext[i].noticed = false;
-      continue;
-    }
-    if (L->ext[i].noticed)
+    if (i < 0 || healthy(L, i, now) || L->ext[i].noticed)
       continue;
     snprintf(key, sizeof key, GANG__LH_KEY_NOTICE, (long long)L->notices);
     GANG_CHECK(gang_store_set(L->st, key, id, strlen(id)));

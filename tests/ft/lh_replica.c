@@ -13,12 +13,17 @@ double ms_since(int64_t t0) { return (double)(gang__now_ns() - t0) / 1e6; }
 
 gang_lighthouse *lh_start(int port, int min_replicas, int64_t join_ms,
                           const char *secret) {
+  return lh_start_tick(port, min_replicas, join_ms, secret, TICK);
+}
+
+gang_lighthouse *lh_start_tick(int port, int min_replicas, int64_t join_ms,
+                               const char *secret, int64_t tick_ms) {
   gang_lighthouse_options o = GANG_LIGHTHOUSE_OPTIONS_INIT;
   o.host = "127.0.0.1";
   o.port = port;
   o.min_replicas = min_replicas;
   o.join_timeout_ms = join_ms;
-  o.quorum_tick_ms = TICK;
+  o.quorum_tick_ms = tick_ms;
   o.heartbeat_timeout_ms = HB_TIMEOUT;
   o.secret = secret;
   gang_lighthouse *lh = NULL;

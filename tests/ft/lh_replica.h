@@ -42,6 +42,9 @@ double ms_since(int64_t t0);
 /* A lighthouse on 127.0.0.1:port (0: any) with TICK and HB_TIMEOUT. */
 gang_lighthouse *lh_start(int port, int min_replicas, int64_t join_ms,
                           const char *secret);
+/* The same with a tick of tick_ms. */
+gang_lighthouse *lh_start_tick(int port, int min_replicas, int64_t join_ms,
+                               const char *secret, int64_t tick_ms);
 
 /* Connects, registers `id` with a first heartbeat, starts heartbeating. */
 void replica_start(replica *r, const gang_lighthouse *lh, const char *id);

@@ -137,6 +137,67 @@ static void test_dead_replica_noticed(void **state) {
   gang_lighthouse_stop(lh);
 }
 
+/* A replica that got a failure notice (stopped past the heartbeat
+ * timeout), came back, was taken into a quorum and then died must get a
+ * second notice: the survivors configuring that quorum wait on it. With a
+ * slow tick, a death reported by the store server at the tick that forms
+ * the quorum (woken by the peers' joins) is confirmed at the next one: no
+ * tick in between sees the replica both healthy and a member of the last
+ * quorum. */
+static void test_notice_again_after_a_return(void **state) {
+  (void)state;
+  enum { SLOW_TICK = 600 };
+  gang_lighthouse *lh = lh_start_tick(0, 1, 30000, NULL, SLOW_TICK);
+  replica r[3];
+  const char *ids[] = {"a", "b", "dies"};
+  for (int i = 0; i < 3; i++)
+    replica_start(&r[i], lh, ids[i]);
+  round_all(r, 3, 0);
+  gang__lh_client *watch;
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", gang_lighthouse_port(lh));
+  assert_gang_ok(gang__lh_connect(addr, CLIENT_MS, &watch));
+  int64_t cursor = 0;
+  /* The first silence: notice 0, and a quorum without it. */
+  join_start(&r[0], 11, 0, false, 20000);
+  join_start(&r[1], 11, 0, false, 20000);
+  replica_silence(&r[2]);
+  await_notice(watch, &cursor, "dies");
+  join_ok(&r[0]);
+  join_ok(&r[1]);
+  assert_string_equal(ids_of(&r[0].q), "a,b");
+  /* It comes back: a join (which beats) that gives up waiting, and a tick
+   * to read it. Its peers are not there yet. */
+  join_start(&r[2], 12, 0, false, 200);
+  assert_int_equal(join_wait(&r[2]), GANG_TIMEOUT);
+  gt_nap_ms(SLOW_TICK + 100);
+  /* It dies (the store server reports its connections closed), and its
+   * peers join at once: the quorum of the three forms at that tick. */
+  gang__lh_close(r[2].hb);
+  gang__lh_close(r[2].jc);
+  r[2].hb = r[2].jc = NULL;
+  int64_t died = gang__now_ns();
+  join_start(&r[0], 12, 0, false, 20000);
+  join_start(&r[1], 12, 0, false, 20000);
+  join_ok(&r[0]);
+  join_ok(&r[1]);
+  double formed_ms = ms_since(died);
+  assert_string_equal(ids_of(&r[0].q), "a,b,dies");
+  /* A second notice names it. */
+  int64_t noticed = await_notice(watch, &cursor, "dies");
+  double notice_ms = (double)(noticed - died) / 1e6;
+  printf("replica back from a notice, in a quorum and dead: second notice "
+         "%.1f ms after it died (quorum with it formed at %.1f ms; suspect "
+         "grace %d ms, tick %d ms)\n",
+         notice_ms, formed_ms, GANG__LH_SUSPECT_MS, SLOW_TICK);
+  assert_int_equal(cursor, 2);
+  assert_true(notice_ms <= GANG__LH_SUSPECT_MS + 2 * SLOW_TICK + 500);
+  gang__lh_close(watch);
+  for (int i = 0; i < 3; i++)
+    replica_free(&r[i]);
+  gang_lighthouse_stop(lh);
+}
+
 /* A replica whose process dies right after a heartbeat (a group killed
  * just after it started: its join and first beats come in a burst): the
  * store server reports its connections' departure, and the lighthouse
@@ -318,6 +379,7 @@ int main(void) {
       GT_TEST(test_quorum_forms_and_keeps_id),
       GT_TEST(test_dead_replica_noticed),
       GT_TEST(test_death_right_after_a_beat),
+      GT_TEST(test_notice_again_after_a_return),
       GT_TEST(test_split_brain_guard),
       GT_TEST(test_restart_is_new_incarnation),
       GT_TEST(test_second_join_replaces_the_first),
