@@ -158,7 +158,7 @@ static gang_status read_beats(gang_lighthouse *L, int64_t now) {
 
 /* Takes the reports of lost replicas (lh/suspects: from peers whose
  * sockets to it broke, and from the store server when a connection that
- * beat for it closed) that name replicas still counted alive: each is
+ * beat for it closed) that name replicas not already counted dead: each is
  * watched, and dead if its counter does not move for GANG__LH_SUSPECT_MS
  * (read_beats). The log is emptied with a compare-and-set, so a report
  * appended meanwhile stays for the next tick. */
@@ -182,9 +182,13 @@ static gang_status read_suspects(gang_lighthouse *L, int64_t now) {
       memcpy(id, p + off, len);
       id[len] = '\0';
       int i = find(L, id);
-      /* Any replica counted alive: a member of the last quorum, or one
-       * that joined the next (killed right after its restart). */
-      if (i >= 0 && healthy(L, i, now) && L->ext[i].suspect_ms == 0) {
+      /* Any replica not already counted dead: a member of the last
+       * quorum, one that joined the next (killed right after its
+       * restart), or one whose first beat since a stop is still to be
+       * read -- the report of its death can come first, and its beat then
+       * makes it look alive for a whole heartbeat timeout. */
+      if (i >= 0 && L->reps[i].last_beat_ms != INT64_MIN &&
+          L->ext[i].suspect_ms == 0) {
         /* Its counter as it is now, not at the last tick: a beat sent just
          * before it died (a group killed right after it started beats in
          * a burst) is no sign of life. */

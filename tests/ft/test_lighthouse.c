@@ -198,6 +198,59 @@ static void test_notice_again_after_a_return(void **state) {
   gang_lighthouse_stop(lh);
 }
 
+/* A replica back from a stop that dies at once: the store server's report
+ * of its closed connections can reach the lighthouse at the same tick as
+ * its first beat since the stop, or before it. The report must count (the
+ * replica was only not yet seen alive again), or the quorum that took it
+ * back waits out the heartbeat timeout. */
+static void test_report_before_the_beat(void **state) {
+  (void)state;
+  enum { SLOW_TICK = 600 };
+  gang_lighthouse *lh = lh_start_tick(0, 1, 30000, NULL, SLOW_TICK);
+  replica r[3];
+  const char *ids[] = {"a", "b", "dies"};
+  for (int i = 0; i < 3; i++)
+    replica_start(&r[i], lh, ids[i]);
+  round_all(r, 3, 0);
+  gang__lh_client *watch;
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", gang_lighthouse_port(lh));
+  assert_gang_ok(gang__lh_connect(addr, CLIENT_MS, &watch));
+  int64_t cursor = 0;
+  /* Stopped past the heartbeat timeout: notice 0, a quorum without it. */
+  join_start(&r[0], 11, 0, false, 20000);
+  join_start(&r[1], 11, 0, false, 20000);
+  replica_silence(&r[2]);
+  await_notice(watch, &cursor, "dies");
+  join_ok(&r[0]);
+  join_ok(&r[1]);
+  /* Back: a join (which beats first) that gives up at once, and dead,
+   * all between two ticks; its peers join right after. */
+  join_start(&r[2], 12, 0, false, 20);
+  assert_int_equal(join_wait(&r[2]), GANG_TIMEOUT);
+  gang__lh_close(r[2].hb);
+  gang__lh_close(r[2].jc);
+  r[2].hb = r[2].jc = NULL;
+  int64_t died = gang__now_ns();
+  join_start(&r[0], 12, 0, false, 20000);
+  join_start(&r[1], 12, 0, false, 20000);
+  join_ok(&r[0]);
+  join_ok(&r[1]);
+  assert_string_equal(ids_of(&r[0].q), "a,b,dies");
+  int64_t noticed = await_notice(watch, &cursor, "dies");
+  double notice_ms = (double)(noticed - died) / 1e6;
+  printf("replica back from a stop and dead at once: notice %.1f ms after "
+         "its connections closed (suspect grace %d ms, heartbeat timeout %d "
+         "ms, tick %d ms)\n",
+         notice_ms, GANG__LH_SUSPECT_MS, HB_TIMEOUT, SLOW_TICK);
+  /* The report's grace and a tick, not the heartbeat timeout. */
+  assert_true(notice_ms < HB_TIMEOUT);
+  gang__lh_close(watch);
+  for (int i = 0; i < 3; i++)
+    replica_free(&r[i]);
+  gang_lighthouse_stop(lh);
+}
+
 /* A replica whose process dies right after a heartbeat (a group killed
  * just after it started: its join and first beats come in a burst): the
  * store server reports its connections' departure, and the lighthouse
@@ -380,6 +433,7 @@ int main(void) {
       GT_TEST(test_dead_replica_noticed),
       GT_TEST(test_death_right_after_a_beat),
       GT_TEST(test_notice_again_after_a_return),
+      GT_TEST(test_report_before_the_beat),
       GT_TEST(test_split_brain_guard),
       GT_TEST(test_restart_is_new_incarnation),
       GT_TEST(test_second_join_replaces_the_first),
