@@ -3,8 +3,10 @@
 The launcher is the C program ``gangrun``; this module only finds it and
 replaces the Python process with it (same arguments, same environment,
 same exit status), the way ``python -m torch.distributed.run`` stands for
-torchrun. It looks, in order, at ``GANGRUN`` (a path), the gangrun built
-next to this package in a build tree, the one installed with it, and PATH.
+torchrun. It looks, in order, at ``GANGRUN`` (a path), the gangrun inside
+the package (``pip install .`` puts the tools in gang/bin), the one built
+next to it in a build tree, the one installed with it, and PATH (where
+pip's ``gangrun`` script, which runs this, is passed over).
 """
 
 import os
@@ -20,6 +22,8 @@ def find_gangrun():
         return explicit
     here = os.path.dirname(os.path.abspath(__file__))
     candidates = [
+        # pip install: <site-packages>/gang/bin/gangrun
+        os.path.join(here, "bin", "gangrun"),
         # build tree: <build>/python/gang -> <build>/tools/gangrun/gangrun
         os.path.join(here, "..", "..", "tools", "gangrun", "gangrun"),
         # installed: <prefix>/lib/python3.X/*-packages/gang -> <prefix>/bin
@@ -29,7 +33,10 @@ def find_gangrun():
         c = os.path.normpath(c)
         if os.path.isfile(c) and os.access(c, os.X_OK):
             return c
-    return shutil.which("gangrun")
+    found = shutil.which("gangrun")
+    if found and os.path.realpath(found) == os.path.realpath(sys.argv[0]):
+        return None  # pip's script that runs this module
+    return found
 
 
 def main(argv=None):

@@ -91,6 +91,14 @@ static struct PyModuleDef module_def = {
     NULL,
 };
 
+/* The version of the header this extension was compiled with; __version__
+ * is the one of the library it loaded (python3 -m gang.info shows both). */
+#define GANG_STR_(x) #x
+#define GANG_STR(x) GANG_STR_(x)
+#define GANG_BUILT_WITH                                                        \
+  GANG_STR(GANG_VERSION_MAJOR)                                                 \
+  "." GANG_STR(GANG_VERSION_MINOR) "." GANG_STR(GANG_VERSION_PATCH)
+
 PyMODINIT_FUNC PyInit__gang(void) {
   PyObject *m = PyModule_Create(&module_def);
   if (m == NULL)
@@ -101,7 +109,8 @@ PyMODINIT_FUNC PyInit__gang(void) {
       PyModule_AddObjectRef(m, "Work", (PyObject *)&gpy_work_type) < 0 ||
       PyModule_AddObjectRef(m, "Store", (PyObject *)&gpy_store_type) < 0 ||
       gpy_topo_init(m) < 0 || gpy_ft_init(m) < 0 ||
-      PyModule_AddStringConstant(m, "__version__", gang_version_string()) < 0) {
+      PyModule_AddStringConstant(m, "__version__", gang_version_string()) < 0 ||
+      PyModule_AddStringConstant(m, "_built_with", GANG_BUILT_WITH) < 0) {
     Py_DECREF(m);
     return NULL;
   }
