@@ -98,16 +98,17 @@ static void make_batch(int64_t step, int r0, int r1) {
     rng = 0x9e3779b97f4a7c15ull * (uint64_t)(step * BATCH + n + 1);
     for (int i = 0; i < IN; i++)
       xs[n][i] = uniform();
-    for (int o = 0; o < OUT; o++) {
-      double y = 0;
-      for (int h = 0; h < HID; h++) {
-        double z = 0;
-        for (int i = 0; i < IN; i++)
-          z += xs[n][i] * teacher1[i][h];
-        y += tanh(z) * teacher2[h][o];
-      }
-      ts[n][o] = (float)y;
+    double y[OUT] = {0};
+    for (int h = 0; h < HID; h++) {
+      double z = 0;
+      for (int i = 0; i < IN; i++)
+        z += xs[n][i] * teacher1[i][h];
+      double a = tanh(z);
+      for (int o = 0; o < OUT; o++)
+        y[o] += a * teacher2[h][o];
     }
+    for (int o = 0; o < OUT; o++)
+      ts[n][o] = (float)y[o];
   }
 }
 
