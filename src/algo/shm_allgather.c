@@ -9,7 +9,8 @@
  *     chunks.
  *   single copy (larger blocks, when allowed): each member
  *     publishes its input's address; everyone pulls every other block
- *     straight into out, then waits until all pulls are done. */
+ *     straight from the owner's input into out, then puts its own block
+ *     in place, then waits until all pulls are done. */
 #include <string.h>
 
 #include "shm_algo.h"
@@ -28,6 +29,11 @@ static gang_status allgather_single_copy(gang__shm_chan *c, unsigned char *o,
     GANG_CHECK(gang__shm_read_remote(c, j, o + (size_t)j * bytes,
                                      c->ctl[j]->pub.in, bytes));
   }
+  /* This member's own block last: the others read it from its input,
+   * which stays put until they all report their reads done. */
+  unsigned char *own = o + (size_t)me * bytes;
+  if (own != src)
+    memmove(own, src, bytes);
   uint64_t t2 = ++c->step;
   gang__shm_publish(c, t2);
   return gang__shm_wait_all(c, t2);
@@ -78,12 +84,18 @@ static const unsigned char *mine(gang__shm_chan *c, const algo_call *k,
   return (const unsigned char *)k->out + (size_t)c->rank * bytes;
 }
 
+/* Single copy reads the others' blocks from their inputs, so its own
+ * block moves after the reads (allgather_single_copy). */
 gang_status gang__shm_allgather_single_copy(gang__shm_chan *c,
                                             const algo_call *k) {
-  size_t bytes;
-  return own_block(c, k, &bytes)
-             ? GANG_OK
-             : allgather_single_copy(c, k->out, mine(c, k, bytes), bytes);
+  size_t bytes = k->count * gang_dtype_size(k->dtype);
+  if (bytes == 0)
+    return GANG_OK;
+  if (c->size == 1) {
+    own_block(c, k, &bytes);
+    return GANG_OK;
+  }
+  return allgather_single_copy(c, k->out, k->in, bytes);
 }
 
 gang_status gang__shm_allgather_small(gang__shm_chan *c, const algo_call *k) {
