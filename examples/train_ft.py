@@ -344,7 +344,11 @@ class Chaos:
             f["moves"].append({"what": "stop", "group": g,
                                "t": time.monotonic(), "pids": ws,
                                "hold_s": hold})
-            self.later(hold, lambda: signal_all(ws, signal.SIGCONT))
+
+            def cont():
+                signal_all(ws, signal.SIGCONT)
+                f["cont_t"] = time.monotonic()
+            self.later(hold, cont)
         elif kind == "kill-restart":
             if not self.kill_group(f, g):
                 return None
@@ -533,16 +537,24 @@ def run(args, groups, steps, faulty, dump, rng, env, lh):
             step = job.max_step()
             if step < next_fault or step > steps - 40:
                 continue
-            # The next fault once every group is in and has committed since
-            # the last one, so faults never pile up into a total loss.
-            # (The first fault too: a group that starts late, such as a
-            # python one importing torch, must be in before it.)
+            # The next fault once every group is in and has committed, since
+            # the last one ended (a stopped group's SIGCONT), a step at
+            # least the job's step then -- healed, not a step a resumed
+            # group had decided before its stop -- so faults never pile
+            # up into a total loss (two groups killed while the third is
+            # still behind). (The first fault too: a group that starts
+            # late, such as a python one importing torch, must be in
+            # before it.)
             t_last = -1.0
             if chaos.faults:
-                t_last = max(mv["t"] for mv in chaos.faults[-1]["moves"]) \
-                    if chaos.faults[-1]["moves"] else chaos.faults[-1]["t"]
+                lf = chaos.faults[-1]
+                t_last = max([mv["t"] for mv in lf["moves"]] +
+                             [lf.get("cont_t", lf["t"])])
             with job.lock:
-                fresh = {g for t, g, _, _ in job.commits if t > t_last + 0.5}
+                floor = max((kv["step"] for t, _, _, kv in job.commits
+                             if t <= t_last), default=0)
+                fresh = {g for t, g, _, kv in job.commits
+                         if t > t_last + 0.5 and kv["step"] >= floor}
             if len(fresh) < groups:
                 continue
             f = chaos.inject(rng.choice(kinds))

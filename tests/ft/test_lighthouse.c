@@ -137,65 +137,85 @@ static void test_dead_replica_noticed(void **state) {
   gang_lighthouse_stop(lh);
 }
 
-/* A replica that got a failure notice (stopped past the heartbeat
- * timeout), came back, was taken into a quorum and then died must get a
- * second notice: the survivors configuring that quorum wait on it. With a
- * slow tick, a death reported by the store server at the tick that forms
- * the quorum (woken by the peers' joins) is confirmed at the next one: no
- * tick in between sees the replica both healthy and a member of the last
- * quorum. */
-static void test_notice_again_after_a_return(void **state) {
-  (void)state;
-  enum { SLOW_TICK = 600 };
-  gang_lighthouse *lh = lh_start_tick(0, 1, 30000, NULL, SLOW_TICK);
+/* A slow-ticking lighthouse (join timeout 30 s) whose replica "dies" got
+ * a failure notice (stopped past the heartbeat timeout) and was left out
+ * of the quorum of "a" and "b": the start of the tests of a replica that
+ * comes back and dies again. */
+typedef struct noticed_once {
+  gang_lighthouse *lh;
   replica r[3];
+  gang__lh_client *watch;
+  int64_t cursor;
+} noticed_once;
+
+enum { SLOW_TICK = 600 };
+
+static void noticed_once_start(noticed_once *s) {
+  s->lh = lh_start_tick(0, 1, 30000, NULL, SLOW_TICK);
   const char *ids[] = {"a", "b", "dies"};
   for (int i = 0; i < 3; i++)
-    replica_start(&r[i], lh, ids[i]);
-  round_all(r, 3, 0);
-  gang__lh_client *watch;
+    replica_start(&s->r[i], s->lh, ids[i]);
+  round_all(s->r, 3, 0);
   char addr[64];
-  snprintf(addr, sizeof addr, "127.0.0.1:%d", gang_lighthouse_port(lh));
-  assert_gang_ok(gang__lh_connect(addr, CLIENT_MS, &watch));
-  int64_t cursor = 0;
-  /* The first silence: notice 0, and a quorum without it. */
-  join_start(&r[0], 11, 0, false, 20000);
-  join_start(&r[1], 11, 0, false, 20000);
-  replica_silence(&r[2]);
-  await_notice(watch, &cursor, "dies");
-  join_ok(&r[0]);
-  join_ok(&r[1]);
-  assert_string_equal(ids_of(&r[0].q), "a,b");
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", gang_lighthouse_port(s->lh));
+  assert_gang_ok(gang__lh_connect(addr, CLIENT_MS, &s->watch));
+  s->cursor = 0;
+  join_start(&s->r[0], 11, 0, false, 20000);
+  join_start(&s->r[1], 11, 0, false, 20000);
+  replica_silence(&s->r[2]);
+  await_notice(s->watch, &s->cursor, "dies");
+  join_ok(&s->r[0]);
+  join_ok(&s->r[1]);
+  assert_string_equal(ids_of(&s->r[0].q), "a,b");
+}
+
+/* "dies" dies (the store server reports its connections closed) and its
+ * peers join at once: the quorum of the three forms at that tick. Returns
+ * when it died. */
+static int64_t noticed_once_dies(noticed_once *s) {
+  gang__lh_close(s->r[2].hb);
+  gang__lh_close(s->r[2].jc);
+  s->r[2].hb = s->r[2].jc = NULL;
+  int64_t died = gang__now_ns();
+  join_start(&s->r[0], 12, 0, false, 20000);
+  join_start(&s->r[1], 12, 0, false, 20000);
+  join_ok(&s->r[0]);
+  join_ok(&s->r[1]);
+  assert_string_equal(ids_of(&s->r[0].q), "a,b,dies");
+  return died;
+}
+
+static void noticed_once_free(noticed_once *s) {
+  gang__lh_close(s->watch);
+  for (int i = 0; i < 3; i++)
+    replica_free(&s->r[i]);
+  gang_lighthouse_stop(s->lh);
+}
+
+/* A replica that got a failure notice, came back, was taken into a quorum
+ * and then died must get a second notice: the survivors configuring that
+ * quorum wait on it. With a slow tick, a death reported by the store
+ * server at the tick that forms the quorum (woken by the peers' joins) is
+ * confirmed at the next one: no tick in between sees the replica both
+ * healthy and a member of the last quorum. */
+static void test_notice_again_after_a_return(void **state) {
+  (void)state;
+  noticed_once s;
+  noticed_once_start(&s);
   /* It comes back: a join (which beats) that gives up waiting, and a tick
    * to read it. Its peers are not there yet. */
-  join_start(&r[2], 12, 0, false, 200);
-  assert_int_equal(join_wait(&r[2]), GANG_TIMEOUT);
+  join_start(&s.r[2], 12, 0, false, 200);
+  assert_int_equal(join_wait(&s.r[2]), GANG_TIMEOUT);
   gt_nap_ms(SLOW_TICK + 100);
-  /* It dies (the store server reports its connections closed), and its
-   * peers join at once: the quorum of the three forms at that tick. */
-  gang__lh_close(r[2].hb);
-  gang__lh_close(r[2].jc);
-  r[2].hb = r[2].jc = NULL;
-  int64_t died = gang__now_ns();
-  join_start(&r[0], 12, 0, false, 20000);
-  join_start(&r[1], 12, 0, false, 20000);
-  join_ok(&r[0]);
-  join_ok(&r[1]);
-  double formed_ms = ms_since(died);
-  assert_string_equal(ids_of(&r[0].q), "a,b,dies");
-  /* A second notice names it. */
-  int64_t noticed = await_notice(watch, &cursor, "dies");
+  int64_t died = noticed_once_dies(&s);
+  int64_t noticed = await_notice(s.watch, &s.cursor, "dies");
   double notice_ms = (double)(noticed - died) / 1e6;
   printf("replica back from a notice, in a quorum and dead: second notice "
-         "%.1f ms after it died (quorum with it formed at %.1f ms; suspect "
-         "grace %d ms, tick %d ms)\n",
-         notice_ms, formed_ms, GANG__LH_SUSPECT_MS, SLOW_TICK);
-  assert_int_equal(cursor, 2);
+         "%.1f ms after it died (suspect grace %d ms, tick %d ms)\n",
+         notice_ms, GANG__LH_SUSPECT_MS, SLOW_TICK);
+  assert_int_equal(s.cursor, 2);
   assert_true(notice_ms <= GANG__LH_SUSPECT_MS + 2 * SLOW_TICK + 500);
-  gang__lh_close(watch);
-  for (int i = 0; i < 3; i++)
-    replica_free(&r[i]);
-  gang_lighthouse_stop(lh);
+  noticed_once_free(&s);
 }
 
 /* A replica back from a stop that dies at once: the store server's report
@@ -205,39 +225,14 @@ static void test_notice_again_after_a_return(void **state) {
  * back waits out the heartbeat timeout. */
 static void test_report_before_the_beat(void **state) {
   (void)state;
-  enum { SLOW_TICK = 600 };
-  gang_lighthouse *lh = lh_start_tick(0, 1, 30000, NULL, SLOW_TICK);
-  replica r[3];
-  const char *ids[] = {"a", "b", "dies"};
-  for (int i = 0; i < 3; i++)
-    replica_start(&r[i], lh, ids[i]);
-  round_all(r, 3, 0);
-  gang__lh_client *watch;
-  char addr[64];
-  snprintf(addr, sizeof addr, "127.0.0.1:%d", gang_lighthouse_port(lh));
-  assert_gang_ok(gang__lh_connect(addr, CLIENT_MS, &watch));
-  int64_t cursor = 0;
-  /* Stopped past the heartbeat timeout: notice 0, a quorum without it. */
-  join_start(&r[0], 11, 0, false, 20000);
-  join_start(&r[1], 11, 0, false, 20000);
-  replica_silence(&r[2]);
-  await_notice(watch, &cursor, "dies");
-  join_ok(&r[0]);
-  join_ok(&r[1]);
-  /* Back: a join (which beats first) that gives up at once, and dead,
-   * all between two ticks; its peers join right after. */
-  join_start(&r[2], 12, 0, false, 20);
-  assert_int_equal(join_wait(&r[2]), GANG_TIMEOUT);
-  gang__lh_close(r[2].hb);
-  gang__lh_close(r[2].jc);
-  r[2].hb = r[2].jc = NULL;
-  int64_t died = gang__now_ns();
-  join_start(&r[0], 12, 0, false, 20000);
-  join_start(&r[1], 12, 0, false, 20000);
-  join_ok(&r[0]);
-  join_ok(&r[1]);
-  assert_string_equal(ids_of(&r[0].q), "a,b,dies");
-  int64_t noticed = await_notice(watch, &cursor, "dies");
+  noticed_once s;
+  noticed_once_start(&s);
+  /* Back: a join (which beats first) that gives up at once, and dead, all
+   * between two ticks. */
+  join_start(&s.r[2], 12, 0, false, 20);
+  assert_int_equal(join_wait(&s.r[2]), GANG_TIMEOUT);
+  int64_t died = noticed_once_dies(&s);
+  int64_t noticed = await_notice(s.watch, &s.cursor, "dies");
   double notice_ms = (double)(noticed - died) / 1e6;
   printf("replica back from a stop and dead at once: notice %.1f ms after "
          "its connections closed (suspect grace %d ms, heartbeat timeout %d "
@@ -245,10 +240,7 @@ static void test_report_before_the_beat(void **state) {
          notice_ms, GANG__LH_SUSPECT_MS, HB_TIMEOUT, SLOW_TICK);
   /* The report's grace and a tick, not the heartbeat timeout. */
   assert_true(notice_ms < HB_TIMEOUT);
-  gang__lh_close(watch);
-  for (int i = 0; i < 3; i++)
-    replica_free(&r[i]);
-  gang_lighthouse_stop(lh);
+  noticed_once_free(&s);
 }
 
 /* A replica whose process dies right after a heartbeat (a group killed
