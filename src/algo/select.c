@@ -61,11 +61,12 @@ static const algo_rule rules[] = {
     {ALGO_BROADCAST, ALGO_PATH_SHM, ALGO_SHM_SINGLE_COPY, ANY, 64 * KIB, ANY,
      NEED_CMA | WHEN_ROOMY},
     {ALGO_BROADCAST, ALGO_PATH_SHM, ALGO_SHM_STAGED, ANY, 0, ANY, 0},
-    /* Two members: staging is faster up to 8 MiB blocks (in place 1.1-1.6x,
-     * out of place 1.4-2.1x), single copy at 32 MiB. */
+    /* Two members: staging is faster up to 2 MiB blocks (in place 1.1-1.6x,
+     * out of place 1.4-2.1x); from 8 MiB they are within the machine's
+     * memory states of each other, and single copy of the peers. */
     {ALGO_ALL_GATHER, ALGO_PATH_SHM, ALGO_SHM_SINGLE_COPY, ANY, 32 * KIB, ANY,
      NEED_CMA | WHEN_ROOMY | WHEN_THREE_UP},
-    {ALGO_ALL_GATHER, ALGO_PATH_SHM, ALGO_SHM_SINGLE_COPY, ANY, 16 * MIB, ANY,
+    {ALGO_ALL_GATHER, ALGO_PATH_SHM, ALGO_SHM_SINGLE_COPY, ANY, 4 * MIB, ANY,
      NEED_CMA | WHEN_ROOMY},
     {ALGO_ALL_GATHER, ALGO_PATH_SHM, ALGO_SHM_SMALL, KIB, 0, KIB, 0},
     {ALGO_ALL_GATHER, ALGO_PATH_SHM, ALGO_SHM_STAGED, ANY, 0, ANY, 0},
