@@ -11,6 +11,8 @@
  *     publishes its input's address; everyone pulls every other block
  *     straight from the owner's input into out, then puts its own block
  *     in place, then waits until all pulls are done. */
+#include <stdbool.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "shm_algo.h"
@@ -85,16 +87,23 @@ static const unsigned char *mine(gang__shm_chan *c, const algo_call *k,
 }
 
 /* Single copy reads the others' blocks from their inputs, so its own
- * block moves after the reads (allgather_single_copy). */
+ * block moves after the reads (allgather_single_copy) -- unless the input
+ * lies inside out elsewhere than its own slot, where the pulls of the
+ * others' blocks would overwrite it while they read it: then it moves
+ * first and is served from its slot, as staging does. */
 gang_status gang__shm_allgather_single_copy(gang__shm_chan *c,
                                             const algo_call *k) {
   size_t bytes = k->count * gang_dtype_size(k->dtype);
+  uintptr_t in = (uintptr_t)k->in, out = (uintptr_t)k->out;
+  uintptr_t slot = out + (uintptr_t)c->rank * bytes;
+  bool elsewhere_in_out =
+      in != slot && in < out + (uintptr_t)c->size * bytes && in + bytes > out;
+  if (c->size == 1 || elsewhere_in_out)
+    return own_block(c, k, &bytes)
+               ? GANG_OK
+               : allgather_single_copy(c, k->out, mine(c, k, bytes), bytes);
   if (bytes == 0)
     return GANG_OK;
-  if (c->size == 1) {
-    own_block(c, k, &bytes);
-    return GANG_OK;
-  }
   return allgather_single_copy(c, k->out, k->in, bytes);
 }
 

@@ -142,6 +142,19 @@ static void run_all_gather(gang_t *g, int rank, int size, size_t n) {
   for (int q = 0; q < size; q++)
     for (size_t i = 0; i < n; i++)
       RCHECK(out[(size_t)q * n + i] == val(q, i));
+  /* In place, then with the input in the next member's slot of out (the
+   * others' blocks land on it while they may still be reading it). */
+  for (int where = 0; where < 2; where++) {
+    size_t at = (size_t)((rank + where) % size) * n;
+    memset(out, 0, (size_t)size * n * sizeof *out);
+    for (size_t i = 0; i < n; i++)
+      out[at + i] = val(rank, i);
+    RCHECK_OK(gang_all_gather(g, out, out + at, n, GANG_FLOAT32));
+    check_last(g);
+    for (int q = 0; q < size; q++)
+      for (size_t i = 0; i < n; i++)
+        RCHECK(out[(size_t)q * n + i] == val(q, i));
+  }
   free(in);
   free(out);
 }
