@@ -34,11 +34,13 @@
 extern "C" {
 #endif
 
-typedef struct gangs__node gangs__node; /* internal ownership record */
+/* Who closes which gangs: opaque, managed by gangs_create_* and
+ * gangs_close. */
+typedef struct gangs_owner gangs_owner;
 
 typedef struct gangs {
   gang_t *root, *dp, *rdp, *sdp, *tp, *pp;
-  gangs__node *owner; /* NULL: owns nothing (closed, or filled by hand) */
+  gangs_owner *owner; /* NULL: owns nothing (closed, or filled by hand) */
 } gangs;
 
 /* ---- Construction -------------------------------------------------------- */

@@ -5,7 +5,7 @@
  * WORLD tears down every child group. Our sub-gangs are independent
  * objects (each holds a reference on the world's fabric), so a gangs value
  * must destroy the sub-gangs it made, each once, whatever fields they fill
- * (rdp is dp; a dimension of the world's size is the root). A gangs__node
+ * (rdp is dp; a dimension of the world's size is the root). A gangs_owner
  * records the gangs one create call made; an fsdp result's node holds a
  * reference on its input's node, because it shares root/dp/tp/pp with it.
  * The root handed to gangs_create_parallel is the caller's: we never
@@ -21,15 +21,15 @@
 
 #define NODE_MAX 6
 
-struct gangs__node {
+struct gangs_owner {
   atomic_int refs;
-  gangs__node *parent; /* shares its gangs with us; we hold a reference */
+  gangs_owner *parent; /* shares its gangs with us; we hold a reference */
   int n;
   gang_t *owned[NODE_MAX];
 };
 
-static gangs__node *node_new(gangs__node *parent) {
-  gangs__node *nd = calloc(1, sizeof *nd);
+static gangs_owner *node_new(gangs_owner *parent) {
+  gangs_owner *nd = calloc(1, sizeof *nd);
   if (nd == NULL)
     return NULL;
   atomic_init(&nd->refs, 1);
@@ -40,27 +40,27 @@ static gangs__node *node_new(gangs__node *parent) {
   return nd;
 }
 
-static void node_own(gangs__node *nd, gang_t *g) {
+static void node_own(gangs_owner *nd, gang_t *g) {
   for (int i = 0; i < nd->n; i++)
     if (nd->owned[i] == g)
       return;
   nd->owned[nd->n++] = g;
 }
 
-static void node_release(gangs__node *nd) {
+static void node_release(gangs_owner *nd) {
   while (nd != NULL) {
     if (atomic_fetch_sub(&nd->refs, 1) != 1)
       return;
     /* Children before the root: they were made from it. */
     for (int i = nd->n - 1; i >= 0; i--)
       gang_destroy(nd->owned[i]);
-    gangs__node *parent = nd->parent;
+    gangs_owner *parent = nd->parent;
     free(nd);
     nd = parent;
   }
 }
 
-static gang_status fake1(gang_device device, gangs__node *nd, gang_t **out) {
+static gang_status fake1(gang_device device, gangs_owner *nd, gang_t **out) {
   GANG_CHECK(gang_create_fake(device, 0, 1, out));
   node_own(nd, *out);
   return GANG_OK;
@@ -69,7 +69,7 @@ static gang_status fake1(gang_device device, gangs__node *nd, gang_t **out) {
 gang_status gangs_create_fake(gang_device device, gangs *out) {
   const char *fn = "gangs_create_fake";
   GANG_ARG_CHECK(out != NULL, fn, "out is NULL");
-  gangs__node *nd = node_new(NULL);
+  gangs_owner *nd = node_new(NULL);
   if (nd == NULL)
     return gang__error(GANG_NO_MEMORY, "%s: out of memory", fn);
   /* fairseq2 fills all six fields with one FakeGang; so do we. */
@@ -86,7 +86,7 @@ gang_status gangs_create_fake(gang_device device, gangs *out) {
 /* One dimension of a grid: size 1 is a fresh fake gang (fairseq2), the
  * whole root is the root, otherwise every group is created. */
 static gang_status make_dim(gang_t *root, const int *shape, int ndim, int dim,
-                            gangs__node *nd, gang_t **out) {
+                            gangs_owner *nd, gang_t **out) {
   if (shape[dim] == 1)
     return fake1(gang_get_device(root), nd, out);
   bool owned = false;
@@ -117,7 +117,7 @@ gang_status gangs_create_parallel(gang_t *root, int tp_size, int pp_size,
                  "tp_size (%d) * pp_size (%d) must be a factor of the root "
                  "gang's size (%d)",
                  tp_size, pp_size, w);
-  gangs__node *nd = node_new(NULL);
+  gangs_owner *nd = node_new(NULL);
   if (nd == NULL)
     return gang__error(GANG_NO_MEMORY, "%s: out of memory", fn);
   /* (dp, pp, tp) row-major: rank = d*pp*tp + p*tp + t. */
@@ -155,7 +155,7 @@ gang_status gangs_create_fsdp(const gangs *in, int intra_node_size,
                  "intra_node_size must be a factor of the dp gang's size "
                  "(%d), but is %d",
                  n, k);
-  gangs__node *nd = node_new(in->owner);
+  gangs_owner *nd = node_new(in->owner);
   if (nd == NULL)
     return gang__error(GANG_NO_MEMORY, "%s: out of memory", fn);
   gang_t *sdp = NULL, *rdp = NULL;

@@ -40,3 +40,13 @@ if [ "$count" -lt 10 ]; then
   exit 1
 fi
 echo "$count public symbols exported, nothing else"
+# The public headers name nothing of the private namespace (gang__*,
+# gangs__*): a user would see it, and could come to depend on it.
+inc="$(dirname "$0")/../../include/gang"
+private=$(grep -n -E '\bgangs?__[a-z]' "$inc"/*.h || true)
+if [ -n "$private" ]; then
+  echo "private names in the public headers:"
+  printf '%s\n' "$private"
+  exit 1
+fi
+echo "the public headers name nothing private"
