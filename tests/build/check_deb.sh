@@ -51,16 +51,8 @@ if [ -n "$pydir" ]; then
   py=/usr/bin/python3
   PYTHONPATH=$(dirname "$pydir") "$py" -m gang.info --json >"$tmp/info.json" ||
     { cat "$tmp/info.json"; echo "packaged python3 -m gang.info failed"; exit 1; }
-  "$py" - "$tmp/info.json" "$root" "$version" <<'EOF'
-import json, sys
-d = json.load(open(sys.argv[1]))
-root, version = sys.argv[2], sys.argv[3]
-bad = [k for k in ("library", "gangrun", "package", "gang_baby")
-       if not (d[k] or "").startswith(root)]
-if bad or d["version"] != version or d["extension_built_with"] != version:
-    sys.exit(f"packaged gang.info: {d} (outside the package: {bad})")
-print(f"python: gang {d['version']} from the package, libgang {d['library']}")
-EOF
+  "$py" "$(dirname "$0")/check_info.py" "$tmp/info.json" "$root" "$version" \
+    "from the package"
 fi
 
 if [ "$(id -u)" = 0 ]; then

@@ -9,6 +9,7 @@
 # torch.distributed's "gang" backend); pip uninstall removes it all.
 # Exits 77 (skipped) where venv or pip is missing.
 set -eu
+here=$(cd "$(dirname "$0")" && pwd)
 src="$1"
 version="$2"
 py=/usr/bin/python3
@@ -27,19 +28,8 @@ unset PYTHONPATH LD_LIBRARY_PATH GANGRUN GANG_BABY_PATH
 cd "$tmp"
 "$v/python" -m gang.info --json >"$tmp/info.json" ||
   { cat "$tmp/info.json"; echo "python3 -m gang.info failed"; exit 1; }
-"$v/python" - "$tmp/info.json" "$tmp/venv" "$version" <<'PY'
-import json, sys
-d = json.load(open(sys.argv[1]))
-venv, version = sys.argv[2], sys.argv[3]
-outside = [k for k in ("package", "library", "gangrun", "gang_baby")
-           if not (d[k] or "").startswith(venv)]
-versions = {d["version"], d["extension_built_with"], d["installed_by_pip"]}
-if outside or versions != {version}:
-    sys.exit(f"gang.info after pip install: {d}\n(outside the venv: "
-             f"{outside}; versions {versions}, want {version})")
-print(f"installed: gang {version}, libgang {d['library']}, "
-      f"torch backend {d['torch_backend']}")
-PY
+"$v/python" "$here/check_info.py" "$tmp/info.json" "$tmp/venv" "$version" \
+  "installed by pip" --pip
 
 cat >"$tmp/hello.py" <<'PY'
 import numpy as np
