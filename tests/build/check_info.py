@@ -18,6 +18,6 @@ if "--pip" in sys.argv[5:] or d["installed_by_pip"] is not None:
     versions.add(d["installed_by_pip"])
 if outside or versions != {version}:
     sys.exit(f"gang.info, {what}: {d}\n(outside {root}: {outside}; "
-             f"versions {sorted(versions)}, want {version})")
+             f"versions {sorted(map(str, versions))}, want {version})")
 print(f"{what}: gang {version}, libgang {d['library']}, "
       f"torch backend {d['torch_backend']}")
