@@ -512,6 +512,7 @@ def run(args, groups, steps, faulty, dump, rng, env, lh):
     job = Job(args, groups, steps, lh.port, env, dump, faulty)
     chaos = Chaos(job, lh, args, rng)
     kinds = args.kinds
+    deck = []
     hangs = 0
     deadline = time.monotonic() + args.max_s
     next_fault = args.chaos
@@ -557,7 +558,11 @@ def run(args, groups, steps, faulty, dump, rng, env, lh):
                          if t > t_last + 0.5 and kv["step"] >= floor}
             if len(fresh) < groups:
                 continue
-            f = chaos.inject(rng.choice(kinds))
+            # Every kind once, in a random order, then again: a run of at
+            # least as many faults as kinds has each of them.
+            if not deck:
+                deck = rng.sample(kinds, len(kinds))
+            f = chaos.inject(deck.pop())
             if f is None:
                 continue
             print(f"train_ft.py: fault {len(chaos.faults)}: {f['kind']} "
@@ -670,6 +675,9 @@ def main():
     done = [f for f in faults if not f.get("incomplete")]
     if args.chaos and len(done) < args.count:
         problems.append(f"{len(done)} of {args.count} faults injected")
+    missing = set(args.kinds) - {f["kind"] for f in done}
+    if args.chaos and args.count >= len(args.kinds) and missing:
+        problems.append(f"no fault of kind {', '.join(sorted(missing))}")
     hashes = {}
     for g, rank, kv in job.done:
         if kv["step"] != args.steps:
