@@ -32,8 +32,11 @@ static bool ll_ready(const shm_ll_line *l, size_t lines, uint64_t flag) {
  * nothing relies on the order for correctness. */
 static bool ll_poll(gang__shm_chan *c, uint64_t t, size_t lines,
                     uint64_t flag) {
-  /* Oversubscribed: hardly at all, as a step-line wait (shm.c). */
-  int spins = c->oversubscribed ? 4 : 4096;
+  /* Oversubscribed: hardly at all, as a step-line wait (shm.c). In a
+   * host's part of a gang over several hosts, a few microseconds: a longer
+   * wait is for a leader's network step, and the step-line wait yields
+   * the CPU during it (shm.c). */
+  int spins = c->oversubscribed ? 4 : c->host_part ? 256 : 4096;
   int m = c->rank == 0 ? 1 : 0;
   bool lead = lines >= SHM_LL_LEAD_LINES;
   for (int i = 0; i < spins; i++) {

@@ -12,6 +12,7 @@
 #include "algo/shm_algo.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "pg_internal.h"
 
 /* ---- The table's inputs -------------------------------------------------- */
@@ -81,6 +82,22 @@ static gang_status run_call(gang_t *g, gang_work *w, const path *on,
 /* ---- Choosing the path ------------------------------------------------------
  */
 
+/* Notes what runs: for the tests (gang__pg_last_algo), and in the log the
+ * first time this gang runs the algorithm for the collective -- a line per
+ * choice, not per call, as NCCL's INFO lines say its choices. */
+static void chose(gang_t *g, algo_coll coll, const gang__coll *c, algo_id a,
+                  const char *path) {
+  gang__pg *p = g->impl;
+  atomic_store_explicit(&p->last_algo, a, memory_order_relaxed);
+  _Static_assert(ALGO_COUNT <= 32, "a bit per algorithm");
+  if (p->logged_algos[coll] & (1u << a))
+    return;
+  p->logged_algos[coll] |= 1u << a;
+  GANG_INFO(COLL, "%s on a gang of %d: %s (%s), first at %zu bytes",
+            gang__coll_name(c->kind), g->size, gang__algo_name(a), path,
+            c->count * gang_dtype_size(c->dtype));
+}
+
 gang_status gang__pg_execute(gang_t *g, gang_work *w) {
   gang__pg *p = g->impl;
   const gang__coll *c = &w->coll;
@@ -93,7 +110,7 @@ gang_status gang__pg_execute(gang_t *g, gang_work *w) {
         shm_facts(p->chan, c->count * gang_dtype_size(c->dtype), c->count);
     algo_id a = gang__algo_select(&p->w->choice, coll, ALGO_PATH_SHM, &f);
     if (a != ALGO_AUTO) {
-      atomic_store_explicit(&p->last_algo, a, memory_order_relaxed);
+      chose(g, coll, c, a, "shared memory");
       gang__pg_chan_start(p->chan, g, w);
       return run_call(g, w, &(path){.ch = p->chan}, a);
     }
@@ -102,12 +119,12 @@ gang_status gang__pg_execute(gang_t *g, gang_work *w) {
   if (p->hier != NULL &&
       gang__algo_select(&p->w->choice, coll, ALGO_PATH_HIER, &f) == ALGO_HIER) {
     gang_status st;
-    atomic_store_explicit(&p->last_algo, ALGO_HIER, memory_order_relaxed);
+    chose(g, coll, c, ALGO_HIER, "several hosts");
     if (gang__pg_execute_hier(g, w, &st))
       return st;
   }
   algo_id a = gang__algo_select(&p->w->choice, coll, ALGO_PATH_TCP, &f);
-  atomic_store_explicit(&p->last_algo, a, memory_order_relaxed);
+  chose(g, coll, c, a, "TCP");
   char what[64];
   gang__pg_name_call(what, sizeof what, c->kind, w->seq, g->rank, g->size, "");
   algo_ctx t = gang__pg_tcp_ctx(p, w, g->rank, g->size, p->map, p->ctx,

@@ -111,7 +111,11 @@ typedef struct gang__pg {
   gang__shm_chan *chan;  /* every member on this host: collectives over shm */
   pg_hier *hier;         /* members on several hosts, some sharing one */
   _Atomic int last_algo; /* the algorithm of the last collective (tests) */
-  gang__flight *flight;  /* its recent calls (NULL: GANG_FLIGHT=0) */
+  /* Per collective, the algorithms it has run (a bit per algo_id; touched
+   * by execution only): the log says the first run of each (GANG_DEBUG=
+   * INFO, subsystem COLL). */
+  uint32_t logged_algos[ALGO_COLL_COUNT];
+  gang__flight *flight; /* its recent calls (NULL: GANG_FLIGHT=0) */
 } gang__pg;
 
 /* ---- pg.c ---- */

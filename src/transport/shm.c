@@ -329,6 +329,17 @@ gang_status gang__shm_wait_slow(gang__shm_chan *c, int member, uint64_t seq) {
                   now - last_look >= SHM_LOOK_HINTED_NS;
     if (!hinted && now < look_at)
       continue;
+    /* In a host's part of a gang over several hosts, a wait this long is
+     * most often for a leader's network step: tens of microseconds at
+     * best, during which the CPU our spin holds may be the one a rank
+     * that answers it needs (a leader polling its sockets, or -- where
+     * hosts share a machine's CPUs -- another host's ranks). With CPUs to
+     * spare a yield returns at once: about a microsecond more to notice
+     * the leader's step. */
+    if (c->host_part) {
+      yield = true;
+      break;
+    }
     last_look = now;
     look_at = now + SHM_LOOK_EVERY_NS;
     cpu = gang__shm_note_cpu(c);
