@@ -7,10 +7,13 @@ set -eu
 # The Python package (python/) is built for Debian's python3 and tested
 # with Debian's pytest; its torch backend needs torch's C++ headers
 # (libtorch-dev) and a C++ compiler. `pip install .` (and its test) needs
-# pip, setuptools, wheel and venv.
+# pip, setuptools, wheel and venv. PMIx's headers build the rendezvous
+# through a launcher's PMIx server, which the tests run under Open MPI's
+# mpirun across the cluster in a box.
 need="cmake gcc g++ make pkg-config libssl-dev libcmocka-dev
   python3 python3-dev python3-numpy python3-torch libtorch-dev python3-pytest
-  python3-pip python3-setuptools python3-wheel python3-venv"
+  python3-pip python3-setuptools python3-wheel python3-venv
+  libpmix-dev openmpi-bin"
 if [ "${1:-}" = "--bench" ]; then
   need="$need openmpi-bin libopenmpi-dev mpich libmpich-dev libgloo-dev gnuplot-nox python3-mpi4py"
 fi

@@ -12,11 +12,15 @@
 #include "core/clock.h"
 #include "core/config.h"
 #include "core/error.h"
+#include "core/hostport.h"
 #include "core/log.h"
 #include "core/options.h"
 #include "gang/env.h"
+#include "launch/pmix.h"
 #include "pg_internal.h"
+#include "store/auth.h"
 #include "store/server.h"
+#include "transport/ifname.h"
 
 /* A field of the caller's options, or `def` when the caller's struct is
  * too old (smaller) to have it or there are no options. */
@@ -125,10 +129,11 @@ void gang__setup_cancel_fire(gang__setup_cancel *c, const char *why) {
   pthread_mutex_unlock(&c->mu);
 }
 
+/* secret: the store's (NULL: GANG_STORE_SECRET). */
 static gang_status create(const gang_options *opts, const char *store_addr,
-                          int rank, int size, gang_store_server *server,
-                          int store_host, gang__setup_cancel *cancel,
-                          gang_t **out) {
+                          const char *secret, int rank, int size,
+                          gang_store_server *server, int store_host,
+                          gang__setup_cancel *cancel, gang_t **out) {
   gang_device cpu = {GANG_DEVICE_CPU, 0};
   gang_device dev = OPT(opts, device, cpu);
   if (dev.type != GANG_DEVICE_CPU) {
@@ -164,6 +169,7 @@ static gang_status create(const gang_options *opts, const char *store_addr,
   if (size > 1) {
     gang_store_options so = GANG_STORE_OPTIONS_INIT;
     so.timeout_ms = timeout_ms;
+    so.secret = secret;
     GANG_CHECK_GOTO(gang_store_connect(store_addr, &so, &w->store), st, fail);
     GANG_CHECK_GOTO(cancel_watch(cancel, w->store), st, fail);
     GANG_CHECK_GOTO(mark_here(w->store, rank), st, fail);
@@ -256,14 +262,14 @@ gang_status gang_create_with_store(const gang_options *opts,
   GANG_ARG_CHECK(size >= 1, fn, "size must be at least 1, but is %d", size);
   GANG_ARG_CHECK(rank >= 0 && rank < size, fn,
                  "rank must be in [0, %d), but is %d", size, rank);
-  return create(opts, store_addr, rank, size, NULL, -1, NULL, out);
+  return create(opts, store_addr, NULL, rank, size, NULL, -1, NULL, out);
 }
 
 gang_status gang__create_with_store_cancel(const gang_options *opts,
                                            const char *store_addr, int rank,
                                            int size, gang__setup_cancel *cancel,
                                            gang_t **out) {
-  return create(opts, store_addr, rank, size, NULL, -1, cancel, out);
+  return create(opts, store_addr, NULL, rank, size, NULL, -1, cancel, out);
 }
 
 /* Without a launcher that hosts the store (gangrun sets GANG_STORE_ADDR),
@@ -283,6 +289,74 @@ static gang_status host_store(const gang_world_info *info,
   return GANG_OK;
 }
 
+/* Under an engine that says rank and size but not where rank 0 is (mpirun
+ * across hosts), its PMIx server carries rank 0's store address -- and,
+ * unless the user set a secret, a fresh one -- to every rank (pmix.h).
+ * Rank 0 hosts the store on the first interface GANG_SOCKET_IFNAME selects
+ * (unset: any but loopback), at MASTER_PORT or a free port. Writes the
+ * store's address to base and the secret to secret ("" when the user's
+ * setting holds). */
+static gang_status pmix_rendezvous(const gang_world_info *info,
+                                   gang_store_server **server, char *base,
+                                   size_t cap, char *secret, size_t scap) {
+  int64_t timeout_ms = 0;
+  GANG_CHECK(gang__setting_int(GANG_SETTING_STORE_TIMEOUT, &timeout_ms));
+  bool own_secret = *gang__setting_str(GANG_SETTING_STORE_SECRET) == '\0';
+  char msg[GANG_WORLD_URL_MAX + 100] = "";
+  if (info->rank == 0) {
+    const char *spec = gang__setting_str(GANG_SETTING_SOCKET_IFNAME);
+    char host[64];
+    GANG_CHECK(gang__ifname_addr(*spec ? spec : "^lo", NULL, host, sizeof host,
+                                 NULL, 0));
+    char fresh[33] = "";
+    if (own_secret) {
+      uint8_t rnd[16];
+      GANG_CHECK(gang__auth_random(rnd, sizeof rnd));
+      for (size_t i = 0; i < sizeof rnd; i++)
+        snprintf(fresh + 2 * i, 3, "%02x", rnd[i]);
+    }
+    gang_store_server_options so = GANG_STORE_SERVER_OPTIONS_INIT;
+    so.host = host;
+    so.port = info->master_port;
+    so.secret = own_secret ? fresh : NULL;
+    gang_status st = gang_store_server_start(&so, server);
+    if (st != GANG_OK)
+      return gang__error_wrap(st,
+                              "rank 0 hosting the store at %s:%d for the "
+                              "PMIx rendezvous",
+                              host, so.port);
+    int n = gang__hostport_format(msg, sizeof msg, host,
+                                  gang_store_server_port(*server));
+    snprintf(msg + n, sizeof msg - (size_t)n, " %s", fresh);
+  }
+  gang_status st = gang__pmix_exchange(info->rank, info->rank == 0 ? msg : NULL,
+                                       msg, sizeof msg, timeout_ms);
+  if (st != GANG_OK) {
+    gang_store_server_stop(*server);
+    *server = NULL;
+    return gang__error_wrap(st,
+                            "world of %d ranks (from %s) without MASTER_ADDR: "
+                            "asking the launcher's PMIx server where rank 0 "
+                            "is",
+                            info->world_size,
+                            gang_world_source_name(info->source));
+  }
+  char *space = strchr(msg, ' ');
+  if (space == NULL || (size_t)(space - msg) >= cap ||
+      strlen(space + 1) >= scap) {
+    gang_store_server_stop(*server);
+    *server = NULL;
+    return gang__error(GANG_SYSTEM,
+                       "PMIx: rank 0 published '%s', not "
+                       "'host:port secret'",
+                       msg);
+  }
+  *space = '\0';
+  snprintf(base, cap, "%s", msg);
+  snprintf(secret, scap, "%s", space + 1);
+  return GANG_OK;
+}
+
 gang_status gang_create_default(const gang_options *opts, gang_t **out) {
   const char *fn = "gang_create_default";
   GANG_ARG_CHECK(out != NULL, fn, "out is NULL");
@@ -290,18 +364,30 @@ gang_status gang_create_default(const gang_options *opts, gang_t **out) {
   GANG_CHECK(gang_world_info_from_env(&info));
   const char *given = OPT(opts, store_addr, NULL);
   const char *base = given ? given : info.store_addr;
-  if (info.world_size > 1 && base[0] == '\0')
-    return gang__error(GANG_INVALID_ARGUMENT,
-                       "%s: world of %d ranks (from %s) but no rendezvous "
-                       "address: set MASTER_ADDR and MASTER_PORT or "
-                       "GANG_STORE_ADDR",
-                       fn, info.world_size,
-                       gang_world_source_name(info.source));
   gang_store_server *server = NULL;
-  bool rank0_hosts = info.world_size > 1 && getenv("GANG_STORE_ADDR") == NULL &&
-                     given == NULL && strncmp(base, "file://", 7) != 0 &&
-                     strncmp(base, "torch://", 8) != 0;
-  if (rank0_hosts && info.rank == 0) {
+  char met[GANG_WORLD_URL_MAX], secret[64] = "";
+  bool via_pmix =
+      info.world_size > 1 && base[0] == '\0' && gang__pmix_offered();
+  if (via_pmix) {
+    GANG_CHECK(pmix_rendezvous(&info, &server, met, sizeof met, secret,
+                               sizeof secret));
+    base = met;
+  }
+  if (info.world_size > 1 && base[0] == '\0')
+    return gang__error(
+        GANG_INVALID_ARGUMENT,
+        "%s: world of %d ranks (from %s) but no rendezvous address: set "
+        "MASTER_ADDR (the host of rank 0, reachable from every rank) and "
+        "MASTER_PORT (a free port there) in every rank's environment, or "
+        "GANG_STORE_ADDR=host:port of a running gang-store; or start the "
+        "ranks with gangrun, or with a launcher whose PMIx server gang can "
+        "ask (Open MPI's mpirun, srun --mpi=pmix)",
+        fn, info.world_size, gang_world_source_name(info.source));
+  bool rank0_hosts =
+      via_pmix || (info.world_size > 1 && getenv("GANG_STORE_ADDR") == NULL &&
+                   given == NULL && strncmp(base, "file://", 7) != 0 &&
+                   strncmp(base, "torch://", 8) != 0);
+  if (rank0_hosts && info.rank == 0 && !via_pmix) {
     if (info.master_port == 0)
       return gang__error(GANG_INVALID_ARGUMENT,
                          "%s: rank 0 must host the store but MASTER_PORT is "
@@ -314,6 +400,6 @@ gang_status gang_create_default(const gang_options *opts, gang_t **out) {
   char addr[GANG_WORLD_URL_MAX + 200];
   snprintf(addr, sizeof addr, "%s/gang/%s/%d", base,
            info.run_id[0] ? info.run_id : "run", info.restart_count);
-  return create(opts, addr, info.rank, info.world_size, server,
-                rank0_hosts ? 0 : -1, NULL, out);
+  return create(opts, addr, secret[0] ? secret : NULL, info.rank,
+                info.world_size, server, rank0_hosts ? 0 : -1, NULL, out);
 }
