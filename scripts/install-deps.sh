@@ -9,11 +9,11 @@ set -eu
 # (libtorch-dev) and a C++ compiler. `pip install .` (and its test) needs
 # pip, setuptools, wheel and venv. PMIx's headers build the rendezvous
 # through a launcher's PMIx server, which the tests run under Open MPI's
-# mpirun across the cluster in a box.
+# mpirun and Slurm (slurm-wlm, munge) across the cluster in a box.
 need="cmake gcc g++ make pkg-config libssl-dev libcmocka-dev
   python3 python3-dev python3-numpy python3-torch libtorch-dev python3-pytest
   python3-pip python3-setuptools python3-wheel python3-venv
-  libpmix-dev openmpi-bin"
+  libpmix-dev openmpi-bin slurm-wlm munge"
 if [ "${1:-}" = "--bench" ]; then
   need="$need openmpi-bin libopenmpi-dev mpich libmpich-dev libgloo-dev gnuplot-nox python3-mpi4py"
 fi

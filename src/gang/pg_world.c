@@ -317,7 +317,7 @@ static gang_status pmix_rendezvous(const gang_world_info *info,
     }
     gang_store_server_options so = GANG_STORE_SERVER_OPTIONS_INIT;
     so.host = host;
-    so.port = info->master_port;
+    so.port = getenv("MASTER_PORT") != NULL ? info->master_port : 0;
     so.secret = own_secret ? fresh : NULL;
     gang_status st = gang_store_server_start(&so, server);
     if (st != GANG_OK)
@@ -366,8 +366,15 @@ gang_status gang_create_default(const gang_options *opts, gang_t **out) {
   const char *base = given ? given : info.store_addr;
   gang_store_server *server = NULL;
   char met[GANG_WORLD_URL_MAX], secret[64] = "";
+  /* PMIx when nothing says where rank 0 is, and under Slurm when only the
+   * job's variables do (its first node, a port from the job id): the
+   * launcher's PMIx server gives a free port and a secret instead. */
+  bool derived = base[0] == '\0' || (info.source == GANG_WORLD_SOURCE_SLURM &&
+                                     getenv("MASTER_ADDR") == NULL &&
+                                     getenv("MASTER_PORT") == NULL &&
+                                     getenv("GANG_STORE_ADDR") == NULL);
   bool via_pmix =
-      info.world_size > 1 && base[0] == '\0' && gang__pmix_offered();
+      info.world_size > 1 && given == NULL && derived && gang__pmix_offered();
   if (via_pmix) {
     GANG_CHECK(pmix_rendezvous(&info, &server, met, sizeof met, secret,
                                sizeof secret));

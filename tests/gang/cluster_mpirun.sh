@@ -29,7 +29,7 @@ net=10.80.$(($$ % 250))
 export GANG_CLUSTER=$name
 out=$(mktemp -d)
 fail=0
-trap '"$cluster" down; rm -rf "$out"' EXIT INT TERM
+trap '"$cluster" down; [ -n "${GANG_TEST_KEEP:-}" ] || rm -rf "$out"' EXIT INT TERM
 bad() {
   echo "FAIL: $*"
   fail=1
