@@ -4,7 +4,9 @@
 # gangrun across them (one node each, the store on h0 found by name, a
 # shared secret) runs hello_gang, whose every rank checks its results; a
 # second `up` of the same cluster is refused; `down` leaves no namespace,
-# bridge or state, also when run twice. Needs root: otherwise it exits 77
+# bridge or state, also when run twice; with --delay 2ms (the delay hub)
+# an 8-byte all_reduce across two hosts takes 2-3.5 ms, and down stops
+# the hub and leaves no device. Needs root: otherwise it exits 77
 # (a failure under GANG_TEST_REQUIRE_NETNS=1, which scripts/test.sh sets
 # as root).
 #
@@ -59,6 +61,35 @@ done
 
 "$cluster" down
 "$cluster" down || bad "a second down failed"
+ip netns list | grep -q "^$name-" && bad "namespaces left: $(ip netns list)"
+
+# With a one-way delay (the delay hub in place of the bridge): no 8-byte
+# all_reduce of two ranks ends sooner than the delay (one exchange), and
+# gang-bench's median (a call and its rank's wait for the slower one) is
+# about a round trip.
+"$cluster" up 2 --net "$net" --delay 2ms >"$out/up" 2>&1 ||
+  bad "up --delay: $(cat "$out/up")"
+pids=""
+for i in 0 1; do
+  "$cluster" exec $i timeout 60 \
+    "$build/tools/gangrun/gangrun" --nnodes 2 --node-rank $i \
+    --nproc-per-node 1 --master-addr h0 --master-port 29760 \
+    --secret-file "$secret" "$build/tools/gang-bench/gang-bench" -b 8 -e 8 \
+    -n 20 -w 2 --outofplace-only --json >"$out/d$i" 2>&1 &
+  pids="$pids $!"
+done
+for p in $pids; do wait "$p" || bad "gang-bench across the delay: $(tail -n 3 "$out/d$p" 2>/dev/null)"; done
+us=$(sed -n 's/.*"size":8,.*"out_of_place":{"time_us":\([0-9.]*\),.*/\1/p' "$out/d0")
+min=$(sed -n 's/.*"size":8,.*"min_us":\([0-9.]*\),.*/\1/p' "$out/d0")
+echo "8 B all_reduce across a 2 ms one-way delay: median ${us:-?} us, fastest ${min:-?} us"
+awk -v t="${us:-0}" -v m="${min:-0}" 'BEGIN { exit !(m >= 2000 && t <= 5500) }' ||
+  bad "8 B all_reduce across 2 ms one way: median ${us:-?} us, fastest ${min:-?} us (want >= 2000 and <= 5500): $(tail -n 3 "$out/d0")"
+hubpid=$(cat "/run/gang-cluster/$name/hub.pid" 2>/dev/null)
+"$cluster" down
+# (a zombie until the machine's init reaps it: not running)
+st=$(ps -o stat= -p "${hubpid:-0}" 2>/dev/null)
+[ -n "$st" ] && [ "${st#Z}" = "$st" ] && bad "the delay hub is still running"
+ip -o link show | grep -q "$name-" && bad "devices left: $(ip -o link show | grep "$name-")"
 ip netns list | grep -q "^$name-" && bad "namespaces left: $(ip netns list)"
 ip link show "$name-br" >/dev/null 2>&1 && bad "bridge $name-br left"
 [ -e "/run/gang-cluster/$name" ] && bad "state left in /run/gang-cluster"
