@@ -666,7 +666,11 @@ static void test_sigstop_declared_dead_then_rejoins(void **state) {
 
 static void test_split_half_forms_no_quorum(void **state) {
   (void)state;
-  lh_cfg lc = {0, 1, 500, 1000};
+  /* A heartbeat timeout of 5 s: the beating half leaves the lighthouse
+   * when it is done (the quorum forms then), and must not be declared dead
+   * before, as a 1 s timeout did once under ThreadSanitizer beside two
+   * busy tests (a beat thread starved for over a second). */
+  lh_cfg lc = {0, 1, 500, 5000};
   scene *s = scene_start(&lc);
   /* Groups 2 and 3 beat for 3 s without joining. */
   run_cfg beat = {s->log, s->lh.port, 1, 0, 0, 1000, 1000, true, 3000};
