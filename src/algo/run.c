@@ -61,7 +61,11 @@ static const tcp_handler tcp_handlers[ALGO_COLL_COUNT][ALGO_COUNT] = {
             [ALGO_TCP_RING] = gang__algo_allreduce_ring,
         },
     [ALGO_BROADCAST] = {[ALGO_TCP_BINOMIAL] = gang__algo_bcast_binomial},
-    [ALGO_ALL_GATHER] = {[ALGO_TCP_RING] = gang__algo_allgather_ring},
+    [ALGO_ALL_GATHER] =
+        {
+            [ALGO_TCP_RING] = gang__algo_allgather_ring,
+            [ALGO_TCP_BRUCK] = gang__algo_allgather_bruck,
+        },
     [ALGO_REDUCE_SCATTER] = {[ALGO_TCP_RING] = gang__algo_reduce_scatter_ring},
     [ALGO_ALL_TO_ALL] = {[ALGO_TCP_PAIRWISE] = gang__algo_alltoall_pairwise},
     [ALGO_ALL_TO_ALL_V] = {[ALGO_TCP_PAIRWISE] = gang__algo_alltoallv_pairwise},

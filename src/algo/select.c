@@ -28,6 +28,9 @@
 #define WHEN_THREE_UP 32u   /* three members or more */
 #define WHEN_TWO 64u        /* two members */
 #define WHEN_FEW_ELEMS 128u /* fewer elements than members */
+/* The cheapest, by the link model, of the collective's rules on the path
+ * that carry this flag and can run (ties: the first). */
+#define WHEN_CHEAPEST 256u
 
 #define ANY SIZE_MAX
 #define KIB ((size_t)1024)
@@ -93,15 +96,23 @@ static const algo_rule rules[] = {
     {ALGO_BROADCAST, ALGO_PATH_HIER, ALGO_HIER, ANY, 0, ANY, 0},
     /* ---- TCP ---- */
     {ALGO_BARRIER, ALGO_PATH_TCP, ALGO_TCP_DISSEMINATION, ANY, 0, ANY, 0},
-    /* Recursive doubling up to 64 KiB, and between two ranks always (it
-     * moves the same bytes as the ring in one exchange, which the fabric
-     * paces: docs/algorithms.md). */
-    {ALGO_ALL_REDUCE, ALGO_PATH_TCP, ALGO_TCP_RD, ANY, 0, 64 * KIB, 0},
+    /* Recursive doubling between two ranks always (it moves the same bytes
+     * as the ring in one exchange, which the fabric paces:
+     * docs/algorithms.md); otherwise the cheaper of it and the ring by the
+     * link model. */
     {ALGO_ALL_REDUCE, ALGO_PATH_TCP, ALGO_TCP_RD, ANY, 0, ANY, WHEN_TWO},
     {ALGO_ALL_REDUCE, ALGO_PATH_TCP, ALGO_TCP_RD, ANY, 0, ANY, WHEN_FEW_ELEMS},
-    {ALGO_ALL_REDUCE, ALGO_PATH_TCP, ALGO_TCP_RING, ANY, 0, ANY, NEED_COUNT},
+    {ALGO_ALL_REDUCE, ALGO_PATH_TCP, ALGO_TCP_RD, ANY, 0, ANY, WHEN_CHEAPEST},
+    {ALGO_ALL_REDUCE, ALGO_PATH_TCP, ALGO_TCP_RING, ANY, 0, ANY,
+     NEED_COUNT | WHEN_CHEAPEST},
+    {ALGO_ALL_REDUCE, ALGO_PATH_TCP, ALGO_TCP_RD, ANY, 0, ANY, 0},
     {ALGO_BROADCAST, ALGO_PATH_TCP, ALGO_TCP_BINOMIAL, ANY, 0, ANY, 0},
-    {ALGO_ALL_GATHER, ALGO_PATH_TCP, ALGO_TCP_RING, ANY, 0, ANY, 0},
+    /* Bruck's lg p steps for small blocks, the ring's p - 1 (each a
+     * block, no copy after) for large, by the link model. */
+    {ALGO_ALL_GATHER, ALGO_PATH_TCP, ALGO_TCP_BRUCK, ANY, 0, ANY,
+     WHEN_CHEAPEST},
+    {ALGO_ALL_GATHER, ALGO_PATH_TCP, ALGO_TCP_RING, ANY, 0, ANY,
+     WHEN_CHEAPEST},
     {ALGO_REDUCE_SCATTER, ALGO_PATH_TCP, ALGO_TCP_RING, ANY, 0, ANY, 0},
     {ALGO_ALL_TO_ALL, ALGO_PATH_TCP, ALGO_TCP_PAIRWISE, ANY, 0, ANY, 0},
     {ALGO_ALL_TO_ALL_V, ALGO_PATH_TCP, ALGO_TCP_PAIRWISE, ANY, 0, ANY, 0},
@@ -142,14 +153,67 @@ static bool can_run(const algo_rule *r, const algo_facts *f) {
          (!(r->flags & NEED_COUNT) || f->count >= (size_t)f->size);
 }
 
+/* A copy in memory, ns per byte: 10 GB/s, what one core of the machine of
+ * docs/performance.md copies beyond its caches. */
+#define COPY_NS_PER_BYTE 0.1
+
+static int ceil_lg(int p) {
+  int k = 0;
+  while ((1 << k) < p)
+    k++;
+  return k;
+}
+
+double gang__algo_cost(algo_coll coll, algo_id a, const algo_facts *f) {
+  double p = f->size, n = (double)f->bytes, al = f->alpha_ns, be = f->beta_ns;
+  int lg = ceil_lg(f->size);
+  int p2 = 1 << (lg > 0 && (1 << lg) > f->size ? lg - 1 : lg);
+  switch (coll) {
+  case ALGO_ALL_REDUCE:
+    if (a == ALGO_TCP_RD) /* the ranks past p2 fold in and out: 2 more */
+      return (ceil_lg(p2) + (p2 < f->size ? 2 : 0)) * (al + n * be);
+    if (a == ALGO_TCP_RING)
+      return 2 * (p - 1) * al + 2 * (p - 1) / p * n * be;
+    return 0;
+  case ALGO_ALL_GATHER: /* n: one member's block */
+    if (a == ALGO_TCP_RING)
+      return (p - 1) * (al + n * be);
+    /* and one copy of the whole result into place */
+    if (a == ALGO_TCP_BRUCK)
+      return lg * al + (p - 1) * n * be + p * n * COPY_NS_PER_BYTE;
+    return 0;
+  default:
+    return 0;
+  }
+}
+
+/* Whether no other WHEN_CHEAPEST rule of r's collective and path that can
+ * run costs less (an earlier one that costs the same wins). */
+static bool cheapest(const algo_rule *r, const algo_facts *f);
+
 static bool preferred(const algo_rule *r, const algo_facts *f) {
   unsigned fl = r->flags;
   return f->bytes >= r->min_bytes && f->bytes <= r->max_bytes &&
+         (!(fl & WHEN_CHEAPEST) || cheapest(r, f)) &&
          (!(fl & WHEN_ROOMY) || !f->oversubscribed || f->cma_forced) &&
          (!(fl & WHEN_NOT_OVER) || !f->oversubscribed) &&
          (!(fl & WHEN_THREE_UP) || f->size >= 3) &&
          (!(fl & WHEN_TWO) || f->size == 2) &&
          (!(fl & WHEN_FEW_ELEMS) || f->count < (size_t)f->size);
+}
+
+static bool cheapest(const algo_rule *r, const algo_facts *f) {
+  double mine = gang__algo_cost(r->coll, r->algo, f);
+  for (size_t i = 0; i < NRULES; i++) {
+    const algo_rule *o = &rules[i];
+    if (o == r || o->coll != r->coll || o->path != r->path ||
+        !(o->flags & WHEN_CHEAPEST) || !can_run(o, f))
+      continue;
+    double theirs = gang__algo_cost(o->coll, o->algo, f);
+    if (theirs < mine || (theirs == mine && o < r))
+      return false;
+  }
+  return true;
 }
 
 /* The path an algorithm belongs to (ALGO_PATH_COUNT for auto). */
@@ -287,6 +351,8 @@ static void rule_text(const algo_rule *r, char *buf, size_t cap) {
     ADD("a CPU per member (or GANG_SHM_CMA=1)");
   if (fl & WHEN_NOT_OVER)
     ADD("a CPU per member");
+  if (fl & WHEN_CHEAPEST)
+    ADD("the cheapest by the link model");
 #undef ADD
   if (n == 0)
     snprintf(buf, cap, "otherwise");
@@ -315,4 +381,73 @@ void gang__algo_table_print(FILE *f, const algo_choice *choice) {
   fprintf(f, "  where:\n");
   for (int a = 1; a < ALGO_COUNT; a++)
     fprintf(f, "    %-22s %s\n", algo_names[a], algo_docs[a]);
+}
+
+/* The size where the cost of a (bytes -> cost) crosses b's, found by
+ * doubling then bisection; 0 when a is cheaper or as cheap everywhere up to
+ * 1 GiB, SIZE_MAX when b is from the start. */
+static size_t crossover(algo_coll coll, algo_id a, algo_id b, algo_facts f) {
+  size_t lo = 0, hi = 1;
+  f.bytes = 0;
+  if (gang__algo_cost(coll, b, &f) < gang__algo_cost(coll, a, &f))
+    return SIZE_MAX;
+  while (hi <= ((size_t)1 << 30)) {
+    f.bytes = hi;
+    if (gang__algo_cost(coll, b, &f) < gang__algo_cost(coll, a, &f))
+      break;
+    lo = hi;
+    hi *= 2;
+  }
+  if (hi > ((size_t)1 << 30))
+    return 0;
+  while (hi - lo > 1) {
+    size_t mid = lo + (hi - lo) / 2;
+    f.bytes = mid;
+    if (gang__algo_cost(coll, b, &f) < gang__algo_cost(coll, a, &f))
+      hi = mid;
+    else
+      lo = mid;
+  }
+  return hi;
+}
+
+void gang__algo_model_print(FILE *f, double alpha_ns, double beta_ns,
+                            int size) {
+  fprintf(f,
+          "link model (TCP): a message of m bytes costs alpha + m beta, "
+          "alpha %.1f us, 1/beta %.3g GB/s (GANG_NET_LATENCY_US, "
+          "GANG_NET_BANDWIDTH; rank 0's values hold for its world)\n",
+          alpha_ns / 1000, beta_ns > 0 ? 1 / beta_ns : 0);
+  static const struct {
+    algo_coll coll;
+    algo_id small, large;
+  } pairs[] = {{ALGO_ALL_REDUCE, ALGO_TCP_RD, ALGO_TCP_RING},
+               {ALGO_ALL_GATHER, ALGO_TCP_BRUCK, ALGO_TCP_RING}};
+  int sizes[] = {4, 8, 16, 64};
+  for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+    fprintf(f, "  %s: %s below, %s from:", coll_names[pairs[i].coll],
+            algo_names[pairs[i].small], algo_names[pairs[i].large]);
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+      int p = size > 2 && k == 0 ? size : sizes[k];
+      algo_facts fa = {.size = p,
+                       .count = SIZE_MAX,
+                       .alpha_ns = alpha_ns,
+                       .beta_ns = beta_ns};
+      size_t x = crossover(pairs[i].coll, pairs[i].small, pairs[i].large, fa);
+      char t[32];
+      if (x == 0)
+        snprintf(t, sizeof t, "never");
+      else if (x == SIZE_MAX)
+        snprintf(t, sizeof t, "always");
+      else if (x < KIB)
+        snprintf(t, sizeof t, "%zu B", x);
+      else if (x < MIB)
+        snprintf(t, sizeof t, "%.0f KiB", (double)x / KIB);
+      else
+        snprintf(t, sizeof t, "%.1f MiB", (double)x / MIB);
+      fprintf(f, " %d members %s%s", p, t,
+              k + 1 < sizeof sizes / sizeof sizes[0] ? "," : "");
+    }
+    fprintf(f, "\n");
+  }
 }

@@ -53,7 +53,8 @@ typedef enum algo_path {
   X(TCP_RING, "ring", "ring over TCP")                                         \
   X(TCP_BINOMIAL, "binomial", "binomial tree over TCP")                        \
   X(TCP_DISSEMINATION, "dissemination", "dissemination over TCP")              \
-  X(TCP_PAIRWISE, "pairwise", "pairwise exchange over TCP")
+  X(TCP_PAIRWISE, "pairwise", "pairwise exchange over TCP")                    \
+  X(TCP_BRUCK, "bruck", "Bruck's doubling concatenation over TCP")
 
 typedef enum algo_id {
 #define ALGO_ENUM(id, name, doc) ALGO_##id,
@@ -71,6 +72,9 @@ typedef struct algo_facts {
   bool cma;            /* single copy allowed (the arena's probe) */
   bool oversubscribed; /* more local ranks than CPUs */
   bool cma_forced;     /* GANG_SHM_CMA=1: single copy even oversubscribed */
+  /* The links' model for TCP (docs/algorithms.md): a message of m bytes
+   * costs alpha_ns + m * beta_ns. Zero: no model (the rules' order). */
+  double alpha_ns, beta_ns;
 } algo_facts;
 
 /* GANG_ALGO: a forced algorithm per collective, ALGO_AUTO where none. */
@@ -87,6 +91,15 @@ gang_status gang__algo_choice_parse(const char *text, algo_choice *out);
  * members), else the table's first rule that fits. Never ALGO_AUTO. */
 algo_id gang__algo_select(const algo_choice *choice, algo_coll coll,
                           algo_path path, const algo_facts *facts);
+
+/* The modeled time (ns) of TCP algorithm a for coll under facts' link
+ * model (docs/algorithms.md gives each formula); 0 for an algorithm the
+ * model does not cover. */
+double gang__algo_cost(algo_coll coll, algo_id a, const algo_facts *facts);
+
+/* Prints the link model and where it puts the TCP choices for `size`
+ * members (gang-info). */
+void gang__algo_model_print(FILE *f, double alpha_ns, double beta_ns, int size);
 
 /* Whether the table has a rule naming algorithm a for coll. */
 bool gang__algo_in_table(algo_coll coll, algo_id a);

@@ -115,7 +115,7 @@ gang_status gang__pg_execute(gang_t *g, gang_work *w) {
       return run_call(g, w, &(path){.ch = p->chan}, a);
     }
   }
-  algo_facts f = gang__pg_tcp_facts(c, g->size);
+  algo_facts f = gang__pg_tcp_facts(p->w, c, g->size);
   if (p->hier != NULL &&
       gang__algo_select(&p->w->choice, coll, ALGO_PATH_HIER, &f) == ALGO_HIER) {
     gang_status st;

@@ -110,7 +110,7 @@ static algo_id local_algo(gang__pg *p, algo_coll coll, size_t bytes,
 /* The TCP algorithm among the leaders: the table's for nhosts members (a
  * forced one when it can run there). */
 static algo_id leaders_algo(gang__pg *p, algo_coll coll, const gang__coll *c) {
-  algo_facts f = gang__pg_tcp_facts(c, p->hier->nhosts);
+  algo_facts f = gang__pg_tcp_facts(p->w, c, p->hier->nhosts);
   return gang__algo_select(&p->w->choice, coll, ALGO_PATH_TCP, &f);
 }
 

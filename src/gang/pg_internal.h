@@ -64,7 +64,8 @@ typedef struct pg_world {
   int *hosts;          /* world rank -> host index (NULL for a world of one) */
   bool shm_everywhere; /* every host's ranks share memory (or are alone) */
   algo_choice choice;  /* GANG_ALGO's overrides */
-  char name[256];      /* the store address: the world's name */
+  double net_alpha_ns, net_beta_ns; /* the link model (rank 0's settings) */
+  char name[256];                   /* the store address: the world's name */
   /* The process's exit with the world open (pg_exit.c). */
   pid_t pid;                  /* the process that made it */
   int64_t linger_ms;          /* GANG_STORE_LINGER, for the store's host */
@@ -184,7 +185,7 @@ void gang__pg_name_p2p(char *out, size_t cap, bool send, int peer, int tag);
 void gang__pg_chan_start(gang__shm_chan *ch, gang_t *g, const gang_work *w);
 
 /* The table's facts of call c over `size` members without shared memory. */
-algo_facts gang__pg_tcp_facts(const gang__coll *c, int size);
+algo_facts gang__pg_tcp_facts(const pg_world *w, const gang__coll *c, int size);
 
 /* The algorithms' view of w's collective over the fabric ranks
  * world[0..size), in which this rank is `rank`. */

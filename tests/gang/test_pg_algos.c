@@ -69,6 +69,7 @@ static const forced cases[] = {
      {1, 5000, 300001},
      0},
     {"all_gather=ring", "all_gather", "ring", {1, 5000, 70001}, 0},
+    {"all_gather=bruck", "all_gather", "bruck", {1, 5000, 70001}, 0},
     {"reduce_scatter=staged", "reduce_scatter", "staged", {1, 5000, 300001}, 0},
     {"reduce_scatter=single_copy",
      "reduce_scatter",
@@ -282,7 +283,7 @@ static void test_table_and_handlers_agree(void **state) {
                  rule ? "in the table, no handler" : "a handler, no rule");
       pairs += rule;
     }
-  assert_int_equal(pairs, 28);
+  assert_int_equal(pairs, 29);
   algo_call k = {0};
   assert_int_equal(gang__algo_run_tcp(NULL, ALGO_BARRIER, ALGO_TCP_RING, &k),
                    GANG_INTERNAL);
@@ -341,6 +342,94 @@ static void test_bad_setting(void **state) {
   unsetenv("GANG_ALGO");
 }
 
+/* Bruck's steps for every shape of the last one: 4 (whole steps), 5, 6
+ * and 7 ranks (a partial last step of 1, 2 and 3 blocks). */
+static void test_bruck_sizes(void **state) {
+  (void)state;
+  static const forced bruck = {
+      "all_gather=bruck", "all_gather", "bruck", {1, 333, 5000}, 0};
+  g_case = &bruck;
+  setenv("GANG_ALGO", bruck.setting, 1);
+  for (int size = 4; size <= 7; size++) {
+    print_message("%s, %d ranks\n", bruck.setting, size);
+    g_round++;
+    assert_int_equal(gt_run_ranks(size, rank_main, NULL, 60000), 0);
+  }
+  unsetenv("GANG_ALGO");
+}
+
+/* The link model (GANG_NET_LATENCY_US, GANG_NET_BANDWIDTH) chooses among
+ * the TCP algorithms by their cost formulas: recursive doubling for small
+ * all_reduces and the ring for large ones, the crossover moving with
+ * alpha / beta; Bruck for small all_gather blocks and the ring for large
+ * ones and between two ranks (Bruck's copy into place buys nothing
+ * there). */
+static void test_link_model(void **state) {
+  (void)state;
+  algo_facts f = {
+      .size = 8, .count = SIZE_MAX, .alpha_ns = 10000, .beta_ns = 1.0};
+  f.bytes = 1024;
+  assert_int_equal(gang__algo_select(NULL, ALGO_ALL_REDUCE, ALGO_PATH_TCP, &f),
+                   ALGO_TCP_RD);
+  f.bytes = (size_t)1 << 20;
+  assert_int_equal(gang__algo_select(NULL, ALGO_ALL_REDUCE, ALGO_PATH_TCP, &f),
+                   ALGO_TCP_RING);
+  /* RD 3 (alpha + n beta) against the ring's 14 alpha + 1.75 n beta: the
+   * ring from n = 8.8 alpha / beta. */
+  f.alpha_ns = 1000000; /* a slow, far link: 1 ms */
+  assert_int_equal(gang__algo_select(NULL, ALGO_ALL_REDUCE, ALGO_PATH_TCP, &f),
+                   ALGO_TCP_RD);
+  f.bytes = (size_t)9 << 20;
+  assert_int_equal(gang__algo_select(NULL, ALGO_ALL_REDUCE, ALGO_PATH_TCP, &f),
+                   ALGO_TCP_RING);
+  double rd = gang__algo_cost(ALGO_ALL_REDUCE, ALGO_TCP_RD, &f);
+  double ring = gang__algo_cost(ALGO_ALL_REDUCE, ALGO_TCP_RING, &f);
+  assert_true(ring < rd);
+  assert_true(rd == 3 * (1e6 + (double)f.bytes));
+  /* 6 ranks: 4 in the doubling, 2 fold in and out. */
+  f.size = 6;
+  assert_true(gang__algo_cost(ALGO_ALL_REDUCE, ALGO_TCP_RD, &f) ==
+              4 * (1e6 + (double)f.bytes));
+  f.size = 8;
+  f.alpha_ns = 10000;
+  f.bytes = 64;
+  assert_int_equal(gang__algo_select(NULL, ALGO_ALL_GATHER, ALGO_PATH_TCP, &f),
+                   ALGO_TCP_BRUCK);
+  f.bytes = (size_t)1 << 20;
+  assert_int_equal(gang__algo_select(NULL, ALGO_ALL_GATHER, ALGO_PATH_TCP, &f),
+                   ALGO_TCP_RING);
+  f.size = 2;
+  f.bytes = 64;
+  assert_int_equal(gang__algo_select(NULL, ALGO_ALL_GATHER, ALGO_PATH_TCP, &f),
+                   ALGO_TCP_RING);
+  /* Two ranks' all_reduce stays one exchange whatever the model says. */
+  f.bytes = (size_t)64 << 20;
+  assert_int_equal(gang__algo_select(NULL, ALGO_ALL_REDUCE, ALGO_PATH_TCP, &f),
+                   ALGO_TCP_RD);
+}
+
+/* Ranks whose link models differ take rank 0's: three ranks over TCP, rank
+ * 0 with a 10 us link (a 512 KiB all_reduce goes round the ring), the
+ * others with a 1 s one (they would choose recursive doubling). Every
+ * rank must run the ring, and the result must be right. */
+static int model_rank(int rank, int size, void *arg) {
+  (void)arg;
+  setenv("GANG_SHM_DISABLE", "1", 1);
+  setenv("GANG_NET_LATENCY_US", rank == 0 ? "10" : "1000000", 1);
+  gang_t *g = gt_join("algos-model", g_round, rank, size, 60000, 0);
+  static const forced ring = {"", "all_reduce", "ring", {0, 0, 0}, 0};
+  g_case = &ring;
+  run_all_reduce(g, rank, size, 128 * 1024);
+  gang_destroy(g);
+  return 0;
+}
+
+static void test_rank_zero_model_holds(void **state) {
+  (void)state;
+  g_round++;
+  assert_int_equal(gt_run_ranks(3, model_rank, NULL, 60000), 0);
+}
+
 /* Oversubscription counts the CPUs the host's ranks may run on together:
  * ranks pinned to one CPU each (as taskset or a launcher's binding does)
  * have one apiece and are not oversubscribed; two ranks pinned to the same
@@ -382,9 +471,14 @@ static void test_pinned_ranks(void **state) {
 int main(void) {
   setenv("GANG_SHM_CMA", "1", 1);
   const struct CMUnitTest tests[] = {
-      GT_TEST(test_table_and_handlers_agree), GT_TEST(test_bad_setting),
-      GT_TEST(test_ranks_must_agree),         GT_TEST(test_pinned_ranks),
+      GT_TEST(test_table_and_handlers_agree),
+      GT_TEST(test_bad_setting),
+      GT_TEST(test_ranks_must_agree),
+      GT_TEST(test_pinned_ranks),
       GT_TEST(test_every_algorithm),
+      GT_TEST(test_bruck_sizes),
+      GT_TEST(test_link_model),
+      GT_TEST(test_rank_zero_model_holds),
   };
   return cmocka_run_group_tests(tests, gt_store_group_setup,
                                 gt_store_group_teardown);

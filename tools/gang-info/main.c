@@ -66,5 +66,10 @@ int main(int argc, char **argv) {
     return 1;
   }
   gang__algo_table_print(stdout, &choice);
+  int64_t us = 0, bw = 0;
+  if (gang__setting_int(GANG_SETTING_NET_LATENCY_US, &us) == GANG_OK &&
+      gang__setting_int(GANG_SETTING_NET_BANDWIDTH, &bw) == GANG_OK && us > 0 &&
+      bw > 0)
+    gang__algo_model_print(stdout, (double)us * 1000, 1e9 / (double)bw, 0);
   return bad;
 }
