@@ -262,12 +262,22 @@ static void *peer_main(void *arg) {
   return NULL;
 }
 
+/* Rounds of the threaded test. Member counts cycle over 2..MAX_MEMBERS
+ * and ranks within them, so 300 rounds hold every (count, rank) pair
+ * several times, with sizes spread over 1..SHM_LL_MAX in 37-byte steps:
+ * enough for ThreadSanitizer, at 20-50x the cost of a round. */
+#if defined(__SANITIZE_THREAD__)
+#define LL_ROUNDS 300
+#else
+#define LL_ROUNDS 1000
+#endif
+
 /* Peers as threads write their lines while the step polls; the data read
  * must be theirs (and ThreadSanitizer checks the ordering). */
 static void test_lines_written_meanwhile(void **state) {
   (void)state;
   g_threaded = true;
-  for (int round = 0; round < 1000; round++) {
+  for (int round = 0; round < LL_ROUNDS; round++) {
     int size = 2 + round % (MAX_MEMBERS - 1), rank = round % size;
     size_t bytes = 1 + (size_t)round * 37 % SHM_LL_MAX;
     gang__shm_chan c = open_chan(rank, size, round % 2);
