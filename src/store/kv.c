@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/queue.h>
 
 #include "auth.h"
 #include "core/bytes.h"
@@ -20,7 +21,7 @@
 typedef struct kv_entry kv_entry;
 
 struct gang__kv_waiter {
-  gang__kv_waiter *prev, *next; /* in the entry's list */
+  LIST_ENTRY(gang__kv_waiter) link; /* in the entry's list */
   kv_entry *entry;
   gang__kv_park *park;
 };
@@ -31,7 +32,7 @@ struct kv_entry {
   uint8_t *val;
   uint32_t vlen;
   bool present;
-  gang__kv_waiter *waiters;
+  LIST_HEAD(, gang__kv_waiter) waiters; /* empty when calloc'd */
   uint32_t klen;
   uint8_t key[];
 };
@@ -227,7 +228,7 @@ static kv_entry *get_or_make(gang__kv *kv, const gang__store_bytes *k) {
 
 /* Unlinks and frees an absent entry nobody waits on. */
 static void maybe_drop(gang__kv *kv, kv_entry *e) {
-  if (e->present || e->waiters)
+  if (e->present || !LIST_EMPTY(&e->waiters))
     return;
   kv_entry **pp = &kv->buckets[e->hash & (kv->nbuckets - 1)];
   while (*pp != e)
@@ -243,12 +244,7 @@ void gang__kv_unpark(gang__kv *kv, gang__kv_park *park) {
   for (uint32_t i = 0; i < park->n; i++) {
     gang__kv_waiter *w = &park->nodes[i];
     kv_entry *e = w->entry;
-    if (w->prev)
-      w->prev->next = w->next;
-    else
-      e->waiters = w->next;
-    if (w->next)
-      w->next->prev = w->prev;
+    LIST_REMOVE(w, link);
     maybe_drop(kv, e);
   }
   kv->used -= (size_t)park->n * sizeof *park->nodes;
@@ -259,8 +255,8 @@ void gang__kv_unpark(gang__kv *kv, gang__kv_park *park) {
 
 /* A key became present: unpark everyone waiting on it and wake them. */
 static void wake_entry(gang__kv *kv, kv_entry *e) {
-  while (e->waiters) {
-    gang__kv_park *p = e->waiters->park;
+  while (!LIST_EMPTY(&e->waiters)) {
+    gang__kv_park *p = LIST_FIRST(&e->waiters)->park;
     gang__kv_unpark(kv, p);
     if (kv->wake)
       kv->wake(p->owner, kv->wake_ctx);
@@ -575,16 +571,12 @@ static gang__kv_result do_waiting(gang__kv *kv, const gang__store_req *r,
         return reply_nomem(kv, out, gang__store_op_name(r->op), &r->keys[i],
                            ENTRY_OVERHEAD + r->keys[i].len);
       }
-      if (e->waiters && e->waiters->park == park)
+      if (!LIST_EMPTY(&e->waiters) && LIST_FIRST(&e->waiters)->park == park)
         continue; /* the same key twice in one request */
       gang__kv_waiter *w = &park->nodes[park->n++];
       w->entry = e;
       w->park = park;
-      w->prev = NULL;
-      w->next = e->waiters;
-      if (e->waiters)
-        e->waiters->prev = w;
-      e->waiters = w;
+      LIST_INSERT_HEAD(&e->waiters, w, link);
     }
     return GANG_KV_PARKED;
   }

@@ -76,14 +76,16 @@ static void accept_some(gang_store_server *s, int64_t now) {
 /* ---- Loop --------------------------------------------------------------- */
 
 static int next_timeout_ms(gang_store_server *s, int64_t now) {
-  if (s->run_head)
+  if (!TAILQ_EMPTY(&s->run))
     return 0;
   int64_t next = s->retired ? s->retire_by : GANG_DEADLINE_NONE;
-  if (s->hs_head && s->hs_head->hs_deadline < next)
-    next = s->hs_head->hs_deadline;
-  for (gang__store_conn *c = s->parked; c; c = c->pk_next)
-    if (c->deadline < next)
-      next = c->deadline;
+  gang__store_conn *first = TAILQ_FIRST(&s->hs);
+  if (first != NULL && first->hs_deadline < next)
+    next = first->hs_deadline;
+  gang__store_conn *c;
+  LIST_FOREACH(c, &s->parked, pk_link)
+  if (c->deadline < next)
+    next = c->deadline;
   if (s->accept_paused && s->accept_resume < next)
     next = s->accept_resume;
   if (next == GANG_DEADLINE_NONE)
@@ -93,16 +95,16 @@ static int next_timeout_ms(gang_store_server *s, int64_t now) {
 }
 
 static void expire(gang_store_server *s, int64_t now) {
-  while (s->hs_head && s->hs_head->hs_deadline <= now) {
-    gang__store_conn *c = s->hs_head;
+  for (gang__store_conn *c;
+       (c = TAILQ_FIRST(&s->hs)) != NULL && c->hs_deadline <= now;) {
     GANG_INFO(STORE,
               "store server: %s did not finish the handshake within %" PRId64
               " ms: dropped",
               c->peer, s->hs_timeout_ms);
     gang__store_conn_close(s, c);
   }
-  for (gang__store_conn *c = s->parked, *next; c; c = next) {
-    next = c->pk_next;
+  for (gang__store_conn *c = LIST_FIRST(&s->parked), *next; c; c = next) {
+    next = LIST_NEXT(c, pk_link);
     if (c->deadline <= now) {
       gang__store_conn_expire(s, c);
     }
@@ -216,30 +218,27 @@ static void *server_main(void *arg) {
     expire(s, now);
     /* Run what became runnable, including what runs during this pass
      * (a set waking a waiter): the list is consumed from the head. */
-    while (s->run_head) {
-      gang__store_conn *c = s->run_head;
-      s->run_head = c->run_next;
-      if (s->run_head == NULL)
-        s->run_tail = NULL;
+    for (gang__store_conn *c; (c = TAILQ_FIRST(&s->run)) != NULL;) {
+      TAILQ_REMOVE(&s->run, c, run_link);
       c->runnable = false;
       gang__store_conn_run(s, c);
-      if (c == s->run_tail && c->runnable)
+      if (c->runnable && c == TAILQ_LAST(&s->run, gang__store_runq))
         break; /* yielded after its budget: let epoll have a turn */
     }
     /* A closed connection still on the runnable list (the pass above
      * stopped early) is freed once it has left the list. */
-    gang__store_conn *keep = NULL;
-    while (s->dead) {
-      gang__store_conn *c = s->dead;
-      s->dead = c->dead_next;
-      if (c->runnable) {
-        c->dead_next = keep;
-        keep = c;
-      } else {
+    SLIST_HEAD(, gang__store_conn) keep = SLIST_HEAD_INITIALIZER(keep);
+    for (gang__store_conn *c; (c = SLIST_FIRST(&s->dead)) != NULL;) {
+      SLIST_REMOVE_HEAD(&s->dead, dead_link);
+      if (c->runnable)
+        SLIST_INSERT_HEAD(&keep, c, dead_link);
+      else
         free(c);
-      }
     }
-    s->dead = keep;
+    for (gang__store_conn *c; (c = SLIST_FIRST(&keep)) != NULL;) {
+      SLIST_REMOVE_HEAD(&keep, dead_link);
+      SLIST_INSERT_HEAD(&s->dead, c, dead_link);
+    }
     if (s->retired && (s->nconns == 0 || (s->retire_by != GANG_DEADLINE_NONE &&
                                           gang__now_ns() >= s->retire_by)))
       stop = true;
@@ -311,14 +310,10 @@ static gang_status size_opt(const char *name, size_t v, gang__setting_id id,
 
 static void server_free(gang_store_server *s) {
   if (s->kv) {
-    for (gang__store_conn *c = s->all; c;) {
-      gang__store_conn *next = c->next;
-      gang__store_conn_close(s, c);
-      c = next;
-    }
-    while (s->dead) {
-      gang__store_conn *c = s->dead;
-      s->dead = c->dead_next;
+    for (gang__store_conn *c; (c = LIST_FIRST(&s->all)) != NULL;)
+      gang__store_conn_close(s, c); /* leaves the list */
+    for (gang__store_conn *c; (c = SLIST_FIRST(&s->dead)) != NULL;) {
+      SLIST_REMOVE_HEAD(&s->dead, dead_link);
       free(c);
     }
     gang__kv_destroy(s->kv);
@@ -359,6 +354,11 @@ gang_status gang_store_server_start(const gang_store_server_options *opts,
   gang_store_server *s = calloc(1, sizeof *s);
   if (s == NULL)
     return gang__error(GANG_NO_MEMORY, "gang_store_server_start: no memory");
+  LIST_INIT(&s->all);
+  TAILQ_INIT(&s->hs);
+  LIST_INIT(&s->parked);
+  TAILQ_INIT(&s->run);
+  SLIST_INIT(&s->dead);
   s->lfd = s->epfd = s->evfd = -1;
   atomic_init(&s->nparked, 0);
   atomic_init(&s->last_request, gang__now_ns());

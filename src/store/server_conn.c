@@ -45,14 +45,7 @@
 static void hs_remove(gang_store_server *s, gang__store_conn *c) {
   if (!c->in_hs)
     return;
-  if (c->hs_prev)
-    c->hs_prev->hs_next = c->hs_next;
-  else
-    s->hs_head = c->hs_next;
-  if (c->hs_next)
-    c->hs_next->hs_prev = c->hs_prev;
-  else
-    s->hs_tail = c->hs_prev;
+  TAILQ_REMOVE(&s->hs, c, hs_link);
   c->in_hs = false;
 }
 
@@ -60,12 +53,7 @@ static void park_remove(gang_store_server *s, gang__store_conn *c) {
   if (!c->parked)
     return;
   atomic_fetch_sub_explicit(&s->nparked, 1, memory_order_relaxed);
-  if (c->pk_prev)
-    c->pk_prev->pk_next = c->pk_next;
-  else
-    s->parked = c->pk_next;
-  if (c->pk_next)
-    c->pk_next->pk_prev = c->pk_prev;
+  LIST_REMOVE(c, pk_link);
   c->parked = false;
 }
 
@@ -73,12 +61,7 @@ static void make_runnable(gang_store_server *s, gang__store_conn *c) {
   if (c->runnable || c->dead)
     return;
   c->runnable = true;
-  c->run_next = NULL;
-  if (s->run_tail)
-    s->run_tail->run_next = c;
-  else
-    s->run_head = c;
-  s->run_tail = c;
+  TAILQ_INSERT_TAIL(&s->run, c, run_link);
 }
 
 /* kv wake callback: a key this connection waits for appeared. The kv has
@@ -124,16 +107,8 @@ void gang__store_conn_open(gang_store_server *s, int fd, int64_t now) {
   c->hs_deadline = s->hs_timeout_ms < 0 ? GANG_DEADLINE_NONE
                                         : now + s->hs_timeout_ms * 1000000LL;
   c->in_hs = true;
-  c->hs_prev = s->hs_tail;
-  if (s->hs_tail)
-    s->hs_tail->hs_next = c;
-  else
-    s->hs_head = c;
-  s->hs_tail = c;
-  c->next = s->all;
-  if (s->all)
-    s->all->prev = c;
-  s->all = c;
+  TAILQ_INSERT_TAIL(&s->hs, c, hs_link);
+  LIST_INSERT_HEAD(&s->all, c, all_link);
   s->nconns++;
   atomic_store_explicit(&s->nclients, s->nconns, memory_order_relaxed);
   GANG_TRACE(STORE, "store server: accepted %s (%d connections)", c->peer,
@@ -191,16 +166,10 @@ void gang__store_conn_close(gang_store_server *s, gang__store_conn *c) {
   gang__store_buf_free(&c->in);
   gang__store_buf_free(&c->out);
   recharge(s, c);
-  if (c->prev)
-    c->prev->next = c->next;
-  else
-    s->all = c->next;
-  if (c->next)
-    c->next->prev = c->prev;
+  LIST_REMOVE(c, all_link);
   s->nconns--;
   atomic_store_explicit(&s->nclients, s->nconns, memory_order_relaxed);
-  c->dead_next = s->dead;
-  s->dead = c;
+  SLIST_INSERT_HEAD(&s->dead, c, dead_link);
 }
 
 /* Sends what it can of an error reply and closes: for protocol violations
@@ -417,11 +386,7 @@ static int run_request(gang_store_server *s, gang__store_conn *c) {
   if (r == GANG_KV_PARKED) {
     atomic_fetch_add_explicit(&s->nparked, 1, memory_order_relaxed);
     c->parked = true;
-    c->pk_prev = NULL;
-    c->pk_next = s->parked;
-    if (s->parked)
-      s->parked->pk_prev = c;
-    s->parked = c;
+    LIST_INSERT_HEAD(&s->parked, c, pk_link);
     return 1;
   }
   if (gang__log_on(GANG_LOG_TRACE, GANG_SUB_STORE) && c->out.len > before)

@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/queue.h>
 
 #include "gang/store.h"
 #include "kv.h"
@@ -20,11 +21,11 @@ typedef enum { C_HELLO, C_AUTH, C_READY } conn_state;
 
 typedef struct gang__store_conn gang__store_conn;
 struct gang__store_conn {
-  gang__store_conn *prev, *next;       /* every connection */
-  gang__store_conn *hs_prev, *hs_next; /* handshake list (deadline order) */
-  gang__store_conn *pk_prev, *pk_next; /* parked list */
-  gang__store_conn *run_next;          /* runnable list */
-  gang__store_conn *dead_next;         /* to free at the end of the iteration */
+  LIST_ENTRY(gang__store_conn) all_link;   /* every connection */
+  TAILQ_ENTRY(gang__store_conn) hs_link;   /* handshake list (deadline order) */
+  LIST_ENTRY(gang__store_conn) pk_link;    /* parked list */
+  TAILQ_ENTRY(gang__store_conn) run_link;  /* runnable list */
+  SLIST_ENTRY(gang__store_conn) dead_link; /* to free after the iteration */
   int fd;
   conn_state state;
   bool in_hs, parked, runnable, dead;
@@ -62,12 +63,12 @@ struct gang_store_server {
   int max_clients;
   int64_t hs_timeout_ms;
   gang__kv *kv;
-  gang__store_conn *all;
+  LIST_HEAD(, gang__store_conn) all;
   int nconns;
-  gang__store_conn *hs_head, *hs_tail;
-  gang__store_conn *parked;
-  gang__store_conn *run_head, *run_tail;
-  gang__store_conn *dead;
+  TAILQ_HEAD(, gang__store_conn) hs; /* in accept order: deadline order */
+  LIST_HEAD(, gang__store_conn) parked;
+  TAILQ_HEAD(gang__store_runq, gang__store_conn) run;
+  SLIST_HEAD(, gang__store_conn) dead;
   bool accept_paused;
   int64_t accept_resume;
   int64_t last_full_warn;
