@@ -94,6 +94,8 @@ static const algo_rule rules[] = {
     {ALGO_BARRIER, ALGO_PATH_HIER, ALGO_HIER, ANY, 0, ANY, 0},
     {ALGO_ALL_REDUCE, ALGO_PATH_HIER, ALGO_HIER, ANY, 0, ANY, 0},
     {ALGO_BROADCAST, ALGO_PATH_HIER, ALGO_HIER, ANY, 0, ANY, 0},
+    /* Where hosts hold equal blocks of consecutive ranks (pg_hier.c). */
+    {ALGO_ALL_GATHER, ALGO_PATH_HIER, ALGO_HIER, ANY, 0, ANY, 0},
     /* ---- TCP ---- */
     {ALGO_BARRIER, ALGO_PATH_TCP, ALGO_TCP_DISSEMINATION, ANY, 0, ANY, 0},
     /* Recursive doubling between two ranks always (it moves the same bytes
@@ -111,8 +113,7 @@ static const algo_rule rules[] = {
      * block, no copy after) for large, by the link model. */
     {ALGO_ALL_GATHER, ALGO_PATH_TCP, ALGO_TCP_BRUCK, ANY, 0, ANY,
      WHEN_CHEAPEST},
-    {ALGO_ALL_GATHER, ALGO_PATH_TCP, ALGO_TCP_RING, ANY, 0, ANY,
-     WHEN_CHEAPEST},
+    {ALGO_ALL_GATHER, ALGO_PATH_TCP, ALGO_TCP_RING, ANY, 0, ANY, WHEN_CHEAPEST},
     {ALGO_REDUCE_SCATTER, ALGO_PATH_TCP, ALGO_TCP_RING, ANY, 0, ANY, 0},
     {ALGO_ALL_TO_ALL, ALGO_PATH_TCP, ALGO_TCP_PAIRWISE, ANY, 0, ANY, 0},
     {ALGO_ALL_TO_ALL_V, ALGO_PATH_TCP, ALGO_TCP_PAIRWISE, ANY, 0, ANY, 0},

@@ -1,9 +1,11 @@
 /* Gangs over several hosts whose ranks share memory on each: all_reduce,
  * broadcast and barrier run inside each host over shared memory and
- * between hosts over TCP among one leader per host (its lowest gang rank);
- * the other collectives run flat over TCP (pg_exec.c). Costs in
+ * between hosts over TCP among one leader per host (its lowest gang rank),
+ * and so does all_gather where the hosts hold equal blocks of consecutive
+ * ranks; the other collectives run flat over TCP (pg_exec.c). Costs in
  * docs/algorithms.md, "Gangs over several hosts". */
 #include <stdlib.h>
+#include <string.h>
 
 #include "algo/algo.h"
 #include "algo/shm_algo.h"
@@ -65,6 +67,10 @@ gang_status gang__pg_hier_new(pg_world *w, const int *map, int size, int rank,
   }
   h->my_host = h->host_of[rank];
   h->leader = h->local_of[rank] == 0;
+  h->blocks = size % h->nhosts == 0;
+  for (int i = 0; i < size && h->blocks; i++)
+    h->blocks = h->host_of[i] == i / (size / h->nhosts) &&
+                h->local_of[i] == i % (size / h->nhosts);
   int n = 0;
   for (int i = 0; i < size; i++)
     if (h->host_of[i] == h->my_host)
@@ -114,16 +120,22 @@ static algo_id leaders_algo(gang__pg *p, algo_coll coll, const gang__coll *c) {
   return gang__algo_select(&p->w->choice, coll, ALGO_PATH_TCP, &f);
 }
 
+bool gang__pg_hier_has(const pg_hier *h, gang__coll_kind kind) {
+  return kind == GANG_COLL_ALL_REDUCE || kind == GANG_COLL_BROADCAST ||
+         kind == GANG_COLL_BARRIER ||
+         (kind == GANG_COLL_ALL_GATHER && h->blocks);
+}
+
 bool gang__pg_execute_hier(gang_t *g, gang_work *w, gang_status *st) {
   gang__pg *p = g->impl;
   pg_hier *h = p->hier;
   const gang__coll *c = &w->coll;
+  if (!gang__pg_hier_has(h, c->kind))
+    return false;
   algo_coll coll = c->kind == GANG_COLL_ALL_REDUCE  ? ALGO_ALL_REDUCE
                    : c->kind == GANG_COLL_BROADCAST ? ALGO_BROADCAST
                    : c->kind == GANG_COLL_BARRIER   ? ALGO_BARRIER
-                                                    : ALGO_COLL_COUNT;
-  if (coll == ALGO_COLL_COUNT)
-    return false;
+                                                    : ALGO_ALL_GATHER;
   gang__shm_chan *ch = h->local;
   size_t bytes = c->count * gang_dtype_size(c->dtype);
   int64_t deadline = gang__deadline_in_ms(g->timeout_ms);
@@ -182,6 +194,42 @@ bool gang__pg_execute_hier(gang_t *g, gang_work *w, gang_status *st) {
       *st = gang__algo_run_tcp(&a, ALGO_BROADCAST, ta, &among);
     if (*st == GANG_OK && ch != NULL && h->my_host != root_host)
       *st = gang__algo_run_shm(ch, ALGO_BROADCAST, la, &from_leader);
+    return true;
+  }
+  case ALGO_ALL_GATHER: {
+    /* Blocks of consecutive ranks per host: the host's members gather
+     * their blocks into the host's part of out, the leaders gather the
+     * hosts' parts in place, and each leader gives its host the whole. */
+    int per = g->size / h->nhosts;
+    size_t part = bytes * (size_t)per;
+    char *out = c->out;
+    algo_call in_host = k, among = k, from_leader = k;
+    in_host.out = out + (size_t)h->my_host * part;
+    among.in = in_host.out;
+    among.count = c->count * (size_t)per;
+    from_leader.root = 0;
+    from_leader.count = c->count * (size_t)g->size;
+    if (ch != NULL)
+      *st = gang__algo_run_shm(ch, ALGO_ALL_GATHER,
+                               local_algo(p, ALGO_ALL_GATHER, bytes, c->count),
+                               &in_host);
+    else if (in_host.out != (char *)c->in && bytes)
+      memmove(in_host.out, c->in, bytes); /* alone on its host */
+    if (*st == GANG_OK && h->leader) {
+      algo_facts f = gang__pg_tcp_facts(p->w, c, h->nhosts);
+      f.bytes = part;
+      f.count = among.count;
+      *st = gang__algo_run_tcp(
+          &a, ALGO_ALL_GATHER,
+          gang__algo_select(&p->w->choice, ALGO_ALL_GATHER, ALGO_PATH_TCP, &f),
+          &among);
+    }
+    if (*st == GANG_OK && ch != NULL)
+      *st = gang__algo_run_shm(ch, ALGO_BROADCAST,
+                               local_algo(p, ALGO_BROADCAST,
+                                          part * (size_t)h->nhosts,
+                                          from_leader.count),
+                               &from_leader);
     return true;
   }
   default:

@@ -85,6 +85,10 @@ typedef struct pg_hier {
   int *host_of;  /* gang rank -> host index */
   int *local_of; /* gang rank -> index among its host's members */
   uint64_t ctx;  /* the leaders' context id */
+  /* Every host has the same number of members, and they are consecutive
+   * gang ranks (host index * members + local index), as launchers number
+   * ranks node by node: all_gather can run in two levels in place. */
+  bool blocks;
 } pg_hier;
 
 typedef TAILQ_HEAD(pg_works, gang_work) pg_works;
@@ -205,6 +209,9 @@ gang_status gang__pg_hier_new(pg_world *w, const int *map, int size, int rank,
 void gang__pg_hier_free(pg_hier *h);
 /* Runs w's collective hierarchically; false when this kind runs flat. */
 bool gang__pg_execute_hier(gang_t *g, gang_work *w, gang_status *st);
+/* Whether the hierarchical path has a form of collective `kind` for this
+ * gang (all_reduce, broadcast, barrier; all_gather on a block layout). */
+bool gang__pg_hier_has(const pg_hier *h, gang__coll_kind kind);
 
 /* ---- pg_diag.c ---- */
 

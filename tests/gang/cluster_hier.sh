@@ -2,9 +2,10 @@
 # Across hosts, the two-level path must not be slower than the flat TCP
 # path it replaces. Two hosts of the cluster in a box (scripts/cluster),
 # two ranks each, gangrun across them: gang-bench times all_reduce,
-# broadcast and barrier as the table chooses (hierarchical: shared memory
-# in each host, TCP among the leaders) and with the flat TCP algorithm
-# forced (GANG_ALGO), interleaved, three runs each; the log names what ran
+# broadcast, barrier and all_gather as the table chooses (hierarchical:
+# shared memory in each host, TCP among the leaders) and with the flat TCP
+# algorithm forced (GANG_ALGO), interleaved, three runs each; the log names
+# what ran
 # (GANG_DEBUG=INFO, subsystem COLL) and gang-bench checks every result.
 # Per collective and size, the median of the hierarchical runs must stay
 # within 1.5x + 20 us of the flat one: the box's four ranks share two
@@ -71,7 +72,8 @@ medians() {
 
 for spec in "all_reduce|-b 8 -e 1M -f 128|recursive_doubling" \
   "broadcast|-b 8 -e 1M -f 128|binomial" \
-  "barrier||dissemination"; do
+  "barrier||dissemination" \
+  "all_gather|-b 64 -e 1M -f 128|ring"; do
   op=${spec%%|*}
   rest=${spec#*|}
   sizes=${rest%%|*}

@@ -102,8 +102,12 @@ static float val(int r, size_t i) {
   return (float)((i * 7919u + (size_t)r * 104729u) % PRIME % 4096);
 }
 
+/* (algo NULL: anything but the hierarchical path) */
 static void check_last(gang_t *g) {
-  RCHECK(gt_ran(g, g_case->algo, g_case->setting));
+  if (g_case->algo != NULL)
+    RCHECK(gt_ran(g, g_case->algo, g_case->setting));
+  else
+    RCHECK(strcmp(gang__pg_last_algo(g), "hierarchical") != 0);
 }
 
 static void run_all_reduce(gang_t *g, int rank, int size, size_t n) {
@@ -430,6 +434,51 @@ static void test_rank_zero_model_holds(void **state) {
   assert_int_equal(gt_run_ranks(3, model_rank, NULL, 60000), 0);
 }
 
+/* all_gather over hosts (GANG_HOST_ID makes them here) in two levels
+ * where each host holds a block of consecutive ranks -- 2 hosts of 2, 3 of
+ * 2, 2 of 3 -- and flat over TCP where they do not (even and odd ranks):
+ * results checked out of place, in place and with the input in another
+ * member's slot, and the path by name. */
+typedef struct layout {
+  int size, per; /* ranks, ranks per host */
+  bool strided;  /* host = rank % hosts instead of rank / per */
+  const char *want;
+} layout;
+
+static int layout_rank(int rank, int size, void *arg) {
+  const layout *l = arg;
+  char host[16];
+  int hosts = size / l->per;
+  snprintf(host, sizeof host, "h%d", l->strided ? rank % hosts : rank / l->per);
+  setenv("GANG_HOST_ID", host, 1);
+  gang_t *g = gt_join("algos-layout", g_round, rank, size, 60000, 0);
+  forced want = {"", "all_gather", l->want, {0, 0, 0}, 0};
+  g_case = &want;
+  static const size_t counts[] = {1, 100, 5000, 70001};
+  for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++)
+    run_all_gather(g, rank, size, counts[i]);
+  gang_destroy(g);
+  unsetenv("GANG_HOST_ID");
+  return 0;
+}
+
+static void test_all_gather_over_hosts(void **state) {
+  (void)state;
+  static const layout layouts[] = {
+      {4, 2, false, "hierarchical"},
+      {6, 2, false, "hierarchical"},
+      {6, 3, false, "hierarchical"},
+      {4, 2, true, NULL}, /* flat: the table's TCP choice */
+  };
+  for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
+    layout l = layouts[i];
+    print_message("%d ranks, %d per host%s\n", l.size, l.per,
+                  l.strided ? ", strided" : "");
+    g_round++;
+    assert_int_equal(gt_run_ranks(l.size, layout_rank, &l, 120000), 0);
+  }
+}
+
 /* Oversubscription counts the CPUs the host's ranks may run on together:
  * ranks pinned to one CPU each (as taskset or a launcher's binding does)
  * have one apiece and are not oversubscribed; two ranks pinned to the same
@@ -479,6 +528,7 @@ int main(void) {
       GT_TEST(test_bruck_sizes),
       GT_TEST(test_link_model),
       GT_TEST(test_rank_zero_model_holds),
+      GT_TEST(test_all_gather_over_hosts),
   };
   return cmocka_run_group_tests(tests, gt_store_group_setup,
                                 gt_store_group_teardown);
