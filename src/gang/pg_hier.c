@@ -26,6 +26,7 @@ void gang__pg_hier_free(pg_hier *h) {
   free(h->leaders);
   free(h->host_of);
   free(h->local_of);
+  free(h->rail);
   free(h);
 }
 
@@ -76,6 +77,16 @@ gang_status gang__pg_hier_new(pg_world *w, const int *map, int size, int rank,
     if (h->host_of[i] == h->my_host)
       local[n++] = map[i];
   h->ctx = gang__mix64(ctx ^ 0x6869657261726368ull) & ~PG_P2P_CTX_BIT;
+  if (h->blocks) {
+    int per = size / h->nhosts, l = h->local_of[rank];
+    h->rail = malloc(sizeof *h->rail * (size_t)h->nhosts);
+    if (h->rail == NULL)
+      goto oom;
+    for (int k = 0; k < h->nhosts; k++)
+      h->rail[k] = map[k * per + l];
+    h->rail_ctx = gang__mix64(ctx ^ 0x7261696c00000000ull ^ (uint64_t)l) &
+                  ~PG_P2P_CTX_BIT;
+  }
   if (n > 1) {
     gang_status st = gang__shm_chan_attach(w->shm, h->ctx, local, n,
                                            h->local_of[rank], &h->local);
@@ -92,8 +103,9 @@ gang_status gang__pg_hier_new(pg_world *w, const int *map, int size, int rank,
   free(local);
   GANG_INFO(SHM,
             "gang of %d ranks over %d hosts: hierarchical all_reduce, "
-            "broadcast and barrier (%d members here%s)",
-            size, h->nhosts, n, h->leader ? ", leader" : "");
+            "broadcast, barrier%s (%d members here%s)",
+            size, h->nhosts, h->blocks ? ", all_gather and reduce_scatter" : "",
+            n, h->leader ? ", leader" : "");
   *out = h;
   return GANG_OK;
 oom:
@@ -123,7 +135,8 @@ static algo_id leaders_algo(gang__pg *p, algo_coll coll, const gang__coll *c) {
 bool gang__pg_hier_has(const pg_hier *h, gang__coll_kind kind) {
   return kind == GANG_COLL_ALL_REDUCE || kind == GANG_COLL_BROADCAST ||
          kind == GANG_COLL_BARRIER ||
-         (kind == GANG_COLL_ALL_GATHER && h->blocks);
+         ((kind == GANG_COLL_ALL_GATHER || kind == GANG_COLL_REDUCE_SCATTER) &&
+          h->blocks);
 }
 
 bool gang__pg_execute_hier(gang_t *g, gang_work *w, gang_status *st) {
@@ -132,10 +145,11 @@ bool gang__pg_execute_hier(gang_t *g, gang_work *w, gang_status *st) {
   const gang__coll *c = &w->coll;
   if (!gang__pg_hier_has(h, c->kind))
     return false;
-  algo_coll coll = c->kind == GANG_COLL_ALL_REDUCE  ? ALGO_ALL_REDUCE
-                   : c->kind == GANG_COLL_BROADCAST ? ALGO_BROADCAST
-                   : c->kind == GANG_COLL_BARRIER   ? ALGO_BARRIER
-                                                    : ALGO_ALL_GATHER;
+  algo_coll coll = c->kind == GANG_COLL_ALL_REDUCE   ? ALGO_ALL_REDUCE
+                   : c->kind == GANG_COLL_BROADCAST  ? ALGO_BROADCAST
+                   : c->kind == GANG_COLL_BARRIER    ? ALGO_BARRIER
+                   : c->kind == GANG_COLL_ALL_GATHER ? ALGO_ALL_GATHER
+                                                     : ALGO_REDUCE_SCATTER;
   gang__shm_chan *ch = h->local;
   size_t bytes = c->count * gang_dtype_size(c->dtype);
   int64_t deadline = gang__deadline_in_ms(g->timeout_ms);
@@ -230,6 +244,48 @@ bool gang__pg_execute_hier(gang_t *g, gang_work *w, gang_status *st) {
                                           part * (size_t)h->nhosts,
                                           from_leader.count),
                                &from_leader);
+    return true;
+  }
+  case ALGO_REDUCE_SCATTER: {
+    /* Blocks of consecutive ranks per host (per members each). The input's
+     * blocks are packed by local index, so that a reduce_scatter inside
+     * the host leaves member l the host's sums of the blocks of every
+     * host's member l; a reduce_scatter along the rail (member l of every
+     * host) then leaves each member its own block's total. */
+    int per = g->size / h->nhosts;
+    size_t chunk = bytes * (size_t)h->nhosts;
+    char *stage;
+    *st =
+        gang__algo_stage(&a, (size_t)g->size * bytes + chunk, (void **)&stage);
+    if (*st != GANG_OK)
+      return true;
+    char *mine = stage + (size_t)g->size * bytes;
+    const char *in = c->in;
+    for (int hp = 0; hp < h->nhosts; hp++)
+      for (int lp = 0; lp < per; lp++)
+        memcpy(stage + ((size_t)lp * (size_t)h->nhosts + (size_t)hp) * bytes,
+               in + ((size_t)hp * (size_t)per + (size_t)lp) * bytes, bytes);
+    algo_call in_host = k, along = k;
+    in_host.in = stage;
+    in_host.out = mine;
+    in_host.count = c->count * (size_t)h->nhosts;
+    along.in = mine;
+    if (ch != NULL)
+      *st = gang__algo_run_shm(
+          ch, ALGO_REDUCE_SCATTER,
+          local_algo(p, ALGO_REDUCE_SCATTER, chunk, in_host.count), &in_host);
+    else
+      along.in = stage; /* alone on its host: its packed input is its part */
+    if (*st == GANG_OK) {
+      algo_ctx r = gang__pg_tcp_ctx(p, w, h->my_host, h->nhosts, h->rail,
+                                    h->rail_ctx, deadline, what);
+      algo_facts f = gang__pg_tcp_facts(p->w, c, h->nhosts);
+      *st = gang__algo_run_tcp(&r, ALGO_REDUCE_SCATTER,
+                               gang__algo_select(&p->w->choice,
+                                                 ALGO_REDUCE_SCATTER,
+                                                 ALGO_PATH_TCP, &f),
+                               &along);
+    }
     return true;
   }
   default:

@@ -87,8 +87,12 @@ typedef struct pg_hier {
   uint64_t ctx;  /* the leaders' context id */
   /* Every host has the same number of members, and they are consecutive
    * gang ranks (host index * members + local index), as launchers number
-   * ranks node by node: all_gather can run in two levels in place. */
+   * ranks node by node: all_gather and reduce_scatter run in two levels. */
   bool blocks;
+  /* With blocks: this member's rail, the members of every host with its
+   * local index (world ranks, by host index), and the rail's context id. */
+  int *rail;
+  uint64_t rail_ctx;
 } pg_hier;
 
 typedef TAILQ_HEAD(pg_works, gang_work) pg_works;

@@ -2,11 +2,11 @@
 # Across hosts, the two-level path must not be slower than the flat TCP
 # path it replaces. Two hosts of the cluster in a box (scripts/cluster),
 # two ranks each, gangrun across them: gang-bench times all_reduce,
-# broadcast, barrier and all_gather as the table chooses (hierarchical:
-# shared memory in each host, TCP among the leaders) and with the flat TCP
-# algorithm forced (GANG_ALGO), interleaved, three runs each; the log names
-# what ran
-# (GANG_DEBUG=INFO, subsystem COLL) and gang-bench checks every result.
+# broadcast, barrier, all_gather and reduce_scatter as the table chooses
+# (hierarchical: shared memory in each host, TCP among the leaders or
+# along the rails) and with the flat TCP algorithm forced (GANG_ALGO),
+# interleaved, three runs each; the log names what ran (GANG_DEBUG=INFO,
+# subsystem COLL) and gang-bench checks every result.
 # Per collective and size, the median of the hierarchical runs must stay
 # within 1.5x + 20 us of the flat one: the box's four ranks share two
 # CPUs, so single runs scatter, but the regression this guards against
@@ -73,7 +73,8 @@ medians() {
 for spec in "all_reduce|-b 8 -e 1M -f 128|recursive_doubling" \
   "broadcast|-b 8 -e 1M -f 128|binomial" \
   "barrier||dissemination" \
-  "all_gather|-b 64 -e 1M -f 128|ring"; do
+  "all_gather|-b 64 -e 1M -f 128|ring" \
+  "reduce_scatter|-b 64 -e 1M -f 128|ring"; do
   op=${spec%%|*}
   rest=${spec#*|}
   sizes=${rest%%|*}

@@ -434,11 +434,11 @@ static void test_rank_zero_model_holds(void **state) {
   assert_int_equal(gt_run_ranks(3, model_rank, NULL, 60000), 0);
 }
 
-/* all_gather over hosts (GANG_HOST_ID makes them here) in two levels
- * where each host holds a block of consecutive ranks -- 2 hosts of 2, 3 of
- * 2, 2 of 3 -- and flat over TCP where they do not (even and odd ranks):
- * results checked out of place, in place and with the input in another
- * member's slot, and the path by name. */
+/* all_gather and reduce_scatter over hosts (GANG_HOST_ID makes them here)
+ * in two levels where each host holds a block of consecutive ranks -- 2
+ * hosts of 2, 3 of 2, 2 of 3 -- and flat over TCP where they do not (even
+ * and odd ranks): results checked (all_gather also in place and with the
+ * input in another member's slot), and the path by name. */
 typedef struct layout {
   int size, per; /* ranks, ranks per host */
   bool strided;  /* host = rank % hosts instead of rank / per */
@@ -452,17 +452,19 @@ static int layout_rank(int rank, int size, void *arg) {
   snprintf(host, sizeof host, "h%d", l->strided ? rank % hosts : rank / l->per);
   setenv("GANG_HOST_ID", host, 1);
   gang_t *g = gt_join("algos-layout", g_round, rank, size, 60000, 0);
-  forced want = {"", "all_gather", l->want, {0, 0, 0}, 0};
+  forced want = {"", "", l->want, {0, 0, 0}, 0};
   g_case = &want;
   static const size_t counts[] = {1, 100, 5000, 70001};
-  for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++)
+  for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
     run_all_gather(g, rank, size, counts[i]);
+    run_reduce_scatter(g, rank, size, counts[i]);
+  }
   gang_destroy(g);
   unsetenv("GANG_HOST_ID");
   return 0;
 }
 
-static void test_all_gather_over_hosts(void **state) {
+static void test_gather_scatter_over_hosts(void **state) {
   (void)state;
   static const layout layouts[] = {
       {4, 2, false, "hierarchical"},
@@ -528,7 +530,7 @@ int main(void) {
       GT_TEST(test_bruck_sizes),
       GT_TEST(test_link_model),
       GT_TEST(test_rank_zero_model_holds),
-      GT_TEST(test_all_gather_over_hosts),
+      GT_TEST(test_gather_scatter_over_hosts),
   };
   return cmocka_run_group_tests(tests, gt_store_group_setup,
                                 gt_store_group_teardown);
