@@ -195,6 +195,14 @@ void gang__pg_chan_start(gang__shm_chan *ch, gang_t *g, const gang_work *w);
 /* The table's facts of call c over `size` members without shared memory. */
 algo_facts gang__pg_tcp_facts(const pg_world *w, const gang__coll *c, int size);
 
+/* ---- pg_probe.c ---- */
+
+/* The world's link model (net_alpha_ns, net_beta_ns): the settings', or
+ * over several hosts measured between rank 0 and another host's first
+ * rank; rank 0's in every rank. Collective over the world's ranks. */
+gang_status gang__pg_net_model(pg_world *w, int rank, int size,
+                               int64_t deadline);
+
 /* The algorithms' view of w's collective over the fabric ranks
  * world[0..size), in which this rank is `rank`. */
 algo_ctx gang__pg_tcp_ctx(gang__pg *p, const gang_work *w, int rank, int size,

@@ -29,51 +29,9 @@
 /* GANG_ALGO, the same on every rank: every member of a gang must choose
  * the same algorithm, so a rank whose setting differs from rank 0's fails
  * here instead of hanging or corrupting later. */
-/* The link model: this rank's settings, checked. */
-static gang_status net_model(double *alpha_ns, double *beta_ns) {
-  int64_t us = 0, bw = 0;
-  GANG_CHECK(gang__setting_int(GANG_SETTING_NET_LATENCY_US, &us));
-  GANG_CHECK(gang__setting_int(GANG_SETTING_NET_BANDWIDTH, &bw));
-  if (us < 1 || us > 1000000 || bw < 1)
-    return gang__error(GANG_INVALID_ARGUMENT,
-                       "GANG_NET_LATENCY_US must be in [1, 1000000] and "
-                       "GANG_NET_BANDWIDTH at least 1 (bytes per second), "
-                       "not %lld and %lld",
-                       (long long)us, (long long)bw);
-  *alpha_ns = (double)us * 1000;
-  *beta_ns = 1e9 / (double)bw;
-  return GANG_OK;
-}
-
-/* Every rank takes rank 0's link model, so all choose alike. */
-static gang_status agree_model(pg_world *w, int rank) {
-  GANG_CHECK(net_model(&w->net_alpha_ns, &w->net_beta_ns));
-  if (w->store == NULL)
-    return GANG_OK;
-  char text[64];
-  if (rank == 0) {
-    snprintf(text, sizeof text, "%.17g %.17g", w->net_alpha_ns, w->net_beta_ns);
-    return gang_store_set(w->store, "pg/net", text, strlen(text) + 1);
-  }
-  void *v = NULL;
-  size_t len = 0;
-  GANG_CHECK(gang_store_get(w->store, "pg/net", &v, &len));
-  double a = 0, b = 0;
-  bool ok = len > 0 && len <= sizeof text && ((char *)v)[len - 1] == '\0' &&
-            sscanf(v, "%lf %lf", &a, &b) == 2 && a > 0 && b > 0;
-  gang_store_free(v);
-  if (!ok)
-    return gang__error(GANG_PROTOCOL, "rank 0's link model in the store is "
-                                      "not two positive numbers");
-  w->net_alpha_ns = a;
-  w->net_beta_ns = b;
-  return GANG_OK;
-}
-
 static gang_status agree_algo(pg_world *w, int rank) {
   const char *mine = gang__setting_str(GANG_SETTING_ALGO);
   GANG_CHECK(gang__algo_choice_parse(mine, &w->choice));
-  GANG_CHECK(agree_model(w, rank));
   if (w->store == NULL)
     return GANG_OK;
   if (rank == 0)
@@ -254,6 +212,7 @@ static gang_status create(const gang_options *opts, const char *store_addr,
                        : local > gang__cpus_available())
       gang__fabric_set_oversubscribed(w->fabric);
   }
+  GANG_CHECK_GOTO(gang__pg_net_model(w, rank, size, cfg.deadline), st, fail);
   /* After setup the store only serves timeout diagnoses, which must not
    * wait longer than their own budget on a lost or stopped store. */
   w->diag_budget_ms = gang__pg_diag_budget_ms(timeout_ms);

@@ -1,0 +1,165 @@
+/* The world's link model (docs/algorithms.md, "The link model"): alpha
+ * and beta, the costs the TCP path chooses algorithms by. Set by
+ * GANG_NET_LATENCY_US / GANG_NET_BANDWIDTH, or, in a world over several
+ * hosts where neither is set (and GANG_NET_PROBE is on), measured at
+ * creation between rank 0 and the first rank on another host: round trips
+ * of 8 bytes give alpha, a 1 MiB send answered by 8 bytes gives beta.
+ * Rank 0 publishes the model in the store and every rank takes it, so all
+ * choose alike. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/clock.h"
+#include "core/config.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/mix.h"
+#include "pg_internal.h"
+
+#define PROBE_ROUNDS 9                /* timed 8-byte round trips */
+#define PROBE_BYTES ((size_t)1 << 20) /* the bandwidth probe's message */
+#define PROBE_SENDS 2
+
+/* The settings' model, checked. */
+static gang_status set_model(double *alpha_ns, double *beta_ns) {
+  int64_t us = 0, bw = 0;
+  GANG_CHECK(gang__setting_int(GANG_SETTING_NET_LATENCY_US, &us));
+  GANG_CHECK(gang__setting_int(GANG_SETTING_NET_BANDWIDTH, &bw));
+  if (us < 1 || us > 1000000 || bw < 1)
+    return gang__error(GANG_INVALID_ARGUMENT,
+                       "GANG_NET_LATENCY_US must be in [1, 1000000] and "
+                       "GANG_NET_BANDWIDTH at least 1 (bytes per second), "
+                       "not %lld and %lld",
+                       (long long)us, (long long)bw);
+  *alpha_ns = (double)us * 1000;
+  *beta_ns = 1e9 / (double)bw;
+  return GANG_OK;
+}
+
+/* One message of len bytes to (send) or from world rank peer. */
+static gang_status move(pg_world *w, int peer, bool send, void *buf, size_t len,
+                        uint32_t tag, int64_t deadline) {
+  gang__xfer x = {.peer = peer,
+                  .send = send,
+                  .tag = tag,
+                  .ctx = gang__mix64(0x6e657470726f6265ull) & ~PG_P2P_CTX_BIT,
+                  .seq = 0,
+                  .buf = buf,
+                  .len = len};
+  return gang__fabric_run(w->fabric, &x, 1, deadline, "link probe");
+}
+
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* Rank 0's side (leads) or the peer's; rank 0 gets the model. */
+static gang_status probe(pg_world *w, int peer, bool leads, int64_t deadline,
+                         double *alpha_ns, double *beta_ns) {
+  char small[8] = {0};
+  char *big = malloc(PROBE_BYTES);
+  if (big == NULL)
+    return gang__error(GANG_NO_MEMORY, "link probe: out of memory");
+  memset(big, 0, PROBE_BYTES);
+  int64_t rtt[PROBE_ROUNDS], one[PROBE_SENDS];
+  gang_status st = GANG_OK;
+  uint32_t tag = 0;
+  for (int i = 0; i <= PROBE_ROUNDS && st == GANG_OK; i++, tag += 2) {
+    int64_t t0 = gang__now_ns();
+    if (leads) {
+      st = move(w, peer, true, small, sizeof small, tag, deadline);
+      if (st == GANG_OK)
+        st = move(w, peer, false, small, sizeof small, tag + 1, deadline);
+    } else {
+      st = move(w, peer, false, small, sizeof small, tag, deadline);
+      if (st == GANG_OK)
+        st = move(w, peer, true, small, sizeof small, tag + 1, deadline);
+    }
+    if (i > 0) /* the first one warms the connection up */
+      rtt[i - 1] = gang__now_ns() - t0;
+  }
+  for (int i = 0; i < PROBE_SENDS && st == GANG_OK; i++, tag += 2) {
+    int64_t t0 = gang__now_ns();
+    if (leads) {
+      st = move(w, peer, true, big, PROBE_BYTES, tag, deadline);
+      if (st == GANG_OK)
+        st = move(w, peer, false, small, sizeof small, tag + 1, deadline);
+    } else {
+      st = move(w, peer, false, big, PROBE_BYTES, tag, deadline);
+      if (st == GANG_OK)
+        st = move(w, peer, true, small, sizeof small, tag + 1, deadline);
+    }
+    one[i] = gang__now_ns() - t0;
+  }
+  free(big);
+  if (st != GANG_OK || !leads)
+    return st;
+  qsort(rtt, PROBE_ROUNDS, sizeof rtt[0], cmp_i64);
+  qsort(one, PROBE_SENDS, sizeof one[0], cmp_i64);
+  double r = (double)rtt[PROBE_ROUNDS / 2];
+  *alpha_ns = r / 2 > 1000 ? r / 2 : 1000; /* at least 1 us */
+  /* The send and its 8-byte answer: 2 alpha + PROBE_BYTES beta. */
+  double b = ((double)one[0] - r) / (double)PROBE_BYTES;
+  *beta_ns = b > 0.01 ? b : 0.01; /* at most 100 GB/s */
+  return GANG_OK;
+}
+
+gang_status gang__pg_net_model(pg_world *w, int rank, int size,
+                               int64_t deadline) {
+  GANG_CHECK(set_model(&w->net_alpha_ns, &w->net_beta_ns));
+  if (w->store == NULL)
+    return GANG_OK;
+  int peer = -1;
+  for (int i = 1; w->hosts != NULL && i < size && peer < 0; i++)
+    if (w->hosts[i] != w->hosts[0])
+      peer = i;
+  int64_t on = 0;
+  GANG_CHECK(gang__setting_int(GANG_SETTING_NET_PROBE, &on));
+  /* Every rank decides alike: the host table is the same everywhere, and
+   * a setting differing between ranks only decides whether rank 0 asks
+   * the peer, which it publishes below. */
+  bool set = gang__setting_is_set(GANG_SETTING_NET_LATENCY_US) ||
+             gang__setting_is_set(GANG_SETTING_NET_BANDWIDTH);
+  char text[96];
+  if (rank == 0) {
+    const char *how = "set";
+    bool measure = peer >= 0 && on && !set;
+    char plan[16];
+    snprintf(plan, sizeof plan, "%d", measure ? peer : -1);
+    GANG_CHECK(
+        gang_store_set(w->store, "pg/net-probe", plan, strlen(plan) + 1));
+    if (measure) {
+      GANG_CHECK(
+          probe(w, peer, true, deadline, &w->net_alpha_ns, &w->net_beta_ns));
+      how = "measured";
+    }
+    snprintf(text, sizeof text, "%.17g %.17g %s", w->net_alpha_ns,
+             w->net_beta_ns, how);
+    GANG_INFO(INIT, "link model: alpha %.1f us, bandwidth %.3g GB/s (%s%s%d)",
+              w->net_alpha_ns / 1000, 1 / w->net_beta_ns, how,
+              measure ? " between rank 0 and rank " : "", measure ? peer : 0);
+    return gang_store_set(w->store, "pg/net", text, strlen(text) + 1);
+  }
+  void *v = NULL;
+  size_t len = 0;
+  GANG_CHECK(gang_store_get(w->store, "pg/net-probe", &v, &len));
+  int asked = len > 0 && ((char *)v)[len - 1] == '\0' ? atoi(v) : -2;
+  gang_store_free(v);
+  if (asked == rank) {
+    double a, b;
+    GANG_CHECK(probe(w, 0, false, deadline, &a, &b));
+  }
+  GANG_CHECK(gang_store_get(w->store, "pg/net", &v, &len));
+  double a = 0, b = 0;
+  bool ok = len > 0 && len <= sizeof text && ((char *)v)[len - 1] == '\0' &&
+            sscanf(v, "%lf %lf", &a, &b) == 2 && a > 0 && b > 0;
+  gang_store_free(v);
+  if (!ok)
+    return gang__error(GANG_PROTOCOL, "rank 0's link model in the store is "
+                                      "not two positive numbers");
+  w->net_alpha_ns = a;
+  w->net_beta_ns = b;
+  return GANG_OK;
+}
