@@ -67,6 +67,8 @@ export GANG_TEST_REQUIRE_CC
 # halt_on_error keeps a sanitizer finding from scrolling past as a pass.
 export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:abort_on_error=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+# Leaks in other projects' libraries, each with its reason (tests/lsan.supp).
+export LSAN_OPTIONS="suppressions=$(pwd)/tests/lsan.supp"
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"
 
 echo "== Release: packaging, the demo and the Python package =="
