@@ -55,6 +55,7 @@ void gang__algo_block(size_t count, int parts, int i, size_t *off, size_t *len);
 gang_status gang__algo_barrier_dissemination(algo_ctx *a, const algo_call *k);
 gang_status gang__algo_allreduce_rd(algo_ctx *a, const algo_call *k);
 gang_status gang__algo_allreduce_ring(algo_ctx *a, const algo_call *k);
+gang_status gang__algo_allreduce_hd(algo_ctx *a, const algo_call *k);
 gang_status gang__algo_bcast_binomial(algo_ctx *a, const algo_call *k);
 gang_status gang__algo_allgather_ring(algo_ctx *a, const algo_call *k);
 gang_status gang__algo_allgather_bruck(algo_ctx *a, const algo_call *k);

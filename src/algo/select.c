@@ -108,6 +108,8 @@ static const algo_rule rules[] = {
     {ALGO_ALL_REDUCE, ALGO_PATH_TCP, ALGO_TCP_RD, ANY, 0, ANY, WHEN_CHEAPEST},
     {ALGO_ALL_REDUCE, ALGO_PATH_TCP, ALGO_TCP_RING, ANY, 0, ANY,
      NEED_COUNT | WHEN_CHEAPEST},
+    {ALGO_ALL_REDUCE, ALGO_PATH_TCP, ALGO_TCP_HD, ANY, 0, ANY,
+     NEED_COUNT | WHEN_CHEAPEST},
     {ALGO_ALL_REDUCE, ALGO_PATH_TCP, ALGO_TCP_RD, ANY, 0, ANY, 0},
     {ALGO_BROADCAST, ALGO_PATH_TCP, ALGO_TCP_BINOMIAL, ANY, 0, ANY, 0},
     /* Bruck's lg p steps for small blocks, the ring's p - 1 (each a
@@ -158,6 +160,9 @@ static bool can_run(const algo_rule *r, const algo_facts *f) {
 /* A copy in memory, ns per byte: 10 GB/s, what one core of the machine of
  * docs/performance.md copies beyond its caches. */
 #define COPY_NS_PER_BYTE 0.1
+/* A reduce of two operands into a third, ns per byte of the result (the
+ * same 10 GB/s: the vector kernels run at memory speed). */
+#define REDUCE_NS_PER_BYTE 0.1
 
 static int ceil_lg(int p) {
   int k = 0;
@@ -176,6 +181,12 @@ double gang__algo_cost(algo_coll coll, algo_id a, const algo_facts *f) {
       return (ceil_lg(p2) + (p2 < f->size ? 2 : 0)) * (al + n * be);
     if (a == ALGO_TCP_RING)
       return 2 * (p - 1) * al + 2 * (p - 1) / p * n * be;
+    /* The fold in and out as RD's, and the halving's reduces on the
+     * critical path, where the pipelined ring hides its own. */
+    if (a == ALGO_TCP_HD)
+      return (2 * ceil_lg(p2) + (p2 < f->size ? 2 : 0)) * al +
+             (2.0 * (p2 - 1) / p2 + (p2 < f->size ? 2 : 0)) * n * be +
+             (double)(p2 - 1) / p2 * n * REDUCE_NS_PER_BYTE;
     return 0;
   case ALGO_ALL_GATHER: /* n: one member's block */
     if (a == ALGO_TCP_RING)
@@ -423,7 +434,8 @@ void gang__algo_model_print(FILE *f, double alpha_ns, double beta_ns,
   static const struct {
     algo_coll coll;
     algo_id small, large;
-  } pairs[] = {{ALGO_ALL_REDUCE, ALGO_TCP_RD, ALGO_TCP_RING},
+  } pairs[] = {{ALGO_ALL_REDUCE, ALGO_TCP_RD, ALGO_TCP_HD},
+               {ALGO_ALL_REDUCE, ALGO_TCP_HD, ALGO_TCP_RING},
                {ALGO_ALL_GATHER, ALGO_TCP_BRUCK, ALGO_TCP_RING}};
   int sizes[] = {4, 8, 16, 64};
   for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {

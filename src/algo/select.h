@@ -54,7 +54,9 @@ typedef enum algo_path {
   X(TCP_BINOMIAL, "binomial", "binomial tree over TCP")                        \
   X(TCP_DISSEMINATION, "dissemination", "dissemination over TCP")              \
   X(TCP_PAIRWISE, "pairwise", "pairwise exchange over TCP")                    \
-  X(TCP_BRUCK, "bruck", "Bruck's doubling concatenation over TCP")
+  X(TCP_BRUCK, "bruck", "Bruck's doubling concatenation over TCP")             \
+  X(TCP_HD, "halving_doubling",                                                \
+    "recursive halving reduce_scatter, then doubling all_gather, over TCP")
 
 typedef enum algo_id {
 #define ALGO_ENUM(id, name, doc) ALGO_##id,

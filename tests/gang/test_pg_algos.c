@@ -51,6 +51,11 @@ static const forced cases[] = {
      {3, 5000, 600001},
      0},
     {"all_reduce=ring", "all_reduce", "ring", {3, 5000, 70001}, 0},
+    {"all_reduce=halving_doubling",
+     "all_reduce",
+     "halving_doubling",
+     {3, 5000, 70001},
+     0},
     {"all_reduce=recursive_doubling",
      "all_reduce",
      "recursive_doubling",
@@ -287,7 +292,7 @@ static void test_table_and_handlers_agree(void **state) {
                  rule ? "in the table, no handler" : "a handler, no rule");
       pairs += rule;
     }
-  assert_int_equal(pairs, 29);
+  assert_int_equal(pairs, 30);
   algo_call k = {0};
   assert_int_equal(gang__algo_run_tcp(NULL, ALGO_BARRIER, ALGO_TCP_RING, &k),
                    GANG_INTERNAL);
@@ -362,6 +367,26 @@ static void test_bruck_sizes(void **state) {
   unsetenv("GANG_ALGO");
 }
 
+/* Recursive halving-doubling at 4 (a power of two), 5, 6 and 7 ranks (1,
+ * 2 and 3 folded in), with counts that split unevenly and one over its 4
+ * MiB piece. */
+static void test_halving_doubling_sizes(void **state) {
+  (void)state;
+  static const forced hd = {"all_reduce=halving_doubling",
+                            "all_reduce",
+                            "halving_doubling",
+                            {7, 5003, 1100003},
+                            0};
+  g_case = &hd;
+  setenv("GANG_ALGO", hd.setting, 1);
+  for (int size = 4; size <= 7; size++) {
+    print_message("%s, %d ranks\n", hd.setting, size);
+    g_round++;
+    assert_int_equal(gt_run_ranks(size, rank_main, NULL, 120000), 0);
+  }
+  unsetenv("GANG_ALGO");
+}
+
 /* The link model (GANG_NET_LATENCY_US, GANG_NET_BANDWIDTH) chooses among
  * the TCP algorithms by their cost formulas: recursive doubling for small
  * all_reduces and the ring for large ones, the crossover moving with
@@ -372,25 +397,34 @@ static void test_link_model(void **state) {
   (void)state;
   algo_facts f = {
       .size = 8, .count = SIZE_MAX, .alpha_ns = 10000, .beta_ns = 1.0};
+  /* 8 members: recursive doubling 3 (alpha + n beta), halving-doubling 6
+   * alpha + 1.75 n beta + 0.875 n gamma, the ring 14 alpha + 1.75 n beta. */
   f.bytes = 1024;
   assert_int_equal(gang__algo_select(NULL, ALGO_ALL_REDUCE, ALGO_PATH_TCP, &f),
                    ALGO_TCP_RD);
-  f.bytes = (size_t)1 << 20;
+  f.bytes = 64 * 1024;
+  assert_int_equal(gang__algo_select(NULL, ALGO_ALL_REDUCE, ALGO_PATH_TCP, &f),
+                   ALGO_TCP_HD);
+  f.bytes = (size_t)16 << 20;
   assert_int_equal(gang__algo_select(NULL, ALGO_ALL_REDUCE, ALGO_PATH_TCP, &f),
                    ALGO_TCP_RING);
-  /* RD 3 (alpha + n beta) against the ring's 14 alpha + 1.75 n beta: the
-   * ring from n = 8.8 alpha / beta. */
-  f.alpha_ns = 1000000; /* a slow, far link: 1 ms */
+  double rd = gang__algo_cost(ALGO_ALL_REDUCE, ALGO_TCP_RD, &f);
+  double hd = gang__algo_cost(ALGO_ALL_REDUCE, ALGO_TCP_HD, &f);
+  double ring = gang__algo_cost(ALGO_ALL_REDUCE, ALGO_TCP_RING, &f);
+  double n = (double)f.bytes;
+  assert_true(rd == 3 * (1e4 + n));
+  assert_true(hd == 6 * 1e4 + 1.75 * n + 0.875 * n * 0.1);
+  assert_true(ring == 14 * 1e4 + 1.75 * n);
+  /* A slow, far link (1 ms) keeps the latency-light ones longer: 1 MiB
+   * is still recursive doubling, 9 MiB halving-doubling. */
+  f.alpha_ns = 1000000;
+  f.bytes = (size_t)1 << 20;
   assert_int_equal(gang__algo_select(NULL, ALGO_ALL_REDUCE, ALGO_PATH_TCP, &f),
                    ALGO_TCP_RD);
   f.bytes = (size_t)9 << 20;
   assert_int_equal(gang__algo_select(NULL, ALGO_ALL_REDUCE, ALGO_PATH_TCP, &f),
-                   ALGO_TCP_RING);
-  double rd = gang__algo_cost(ALGO_ALL_REDUCE, ALGO_TCP_RD, &f);
-  double ring = gang__algo_cost(ALGO_ALL_REDUCE, ALGO_TCP_RING, &f);
-  assert_true(ring < rd);
-  assert_true(rd == 3 * (1e6 + (double)f.bytes));
-  /* 6 ranks: 4 in the doubling, 2 fold in and out. */
+                   ALGO_TCP_HD);
+  /* 6 ranks: 4 in the doubling, 2 fold in and out (2 more steps each). */
   f.size = 6;
   assert_true(gang__algo_cost(ALGO_ALL_REDUCE, ALGO_TCP_RD, &f) ==
               4 * (1e6 + (double)f.bytes));
@@ -528,6 +562,7 @@ int main(void) {
       GT_TEST(test_pinned_ranks),
       GT_TEST(test_every_algorithm),
       GT_TEST(test_bruck_sizes),
+      GT_TEST(test_halving_doubling_sizes),
       GT_TEST(test_link_model),
       GT_TEST(test_rank_zero_model_holds),
       GT_TEST(test_gather_scatter_over_hosts),

@@ -1,0 +1,117 @@
+/* Recursive halving-doubling all_reduce (Rabenseifner's): a reduce_scatter
+ * by recursive halving -- at each of lg p2 steps a rank swaps half of what
+ * it still holds with the partner whose rank differs in one bit and
+ * reduces the half it keeps -- then an all_gather by recursive doubling of
+ * the reduced blocks. The p - p2 ranks past the largest power of two p2
+ * first fold their buffer into a partner below p2 and get the result back
+ * at the end, as in recursive doubling. Cost 2 lg p2 alpha + 2 (p2-1)/p2
+ * n beta (+ 2 alpha + 2 n beta for the folded ranks): the ring's bytes in
+ * lg p steps instead of p - 1 (docs/algorithms.md).
+ *
+ * Swaps move in pieces of at most HD_PIECE bytes, each received into
+ * scratch and reduced before the next, so the scratch stays HD_PIECE. The
+ * lower rank's data is the first operand of every reduce, and each block
+ * is reduced by one rank and then copied, so all ranks end with
+ * bit-identical results. */
+#include "algo.h"
+
+#include <string.h>
+
+#include "core/error.h"
+#include "core/reduce.h"
+
+#define TAG_FOLD 0u
+#define TAG_HALVE 1u
+#define TAG_DOUBLE 100u
+#define TAG_UNFOLD 1000u
+#define HD_PIECE ((size_t)4 << 20)
+
+/* Sends scount elements at s to partner while receiving rcount of its
+ * elements, piece by piece, each reduced into r (the same offsets). */
+static gang_status swap_reduce(algo_ctx *a, int partner, const char *s,
+                               size_t scount, char *r, size_t rcount, void *tmp,
+                               gang_dtype dt, gang_reduce_op op, uint32_t tag) {
+  size_t es = gang_dtype_size(dt), per = HD_PIECE / es;
+  size_t most = scount > rcount ? scount : rcount;
+  for (size_t done = 0; done < most; done += per) {
+    size_t sn = done < scount ? (scount - done < per ? scount - done : per) : 0;
+    size_t rn = done < rcount ? (rcount - done < per ? rcount - done : per) : 0;
+    GANG_CHECK(gang__algo_sendrecv(a, sn ? partner : -1, s + done * es, sn * es,
+                                   rn ? partner : -1, tmp, rn * es, tag));
+    if (rn) {
+      char *piece = r + done * es;
+      if (a->rank < partner)
+        gang__reduce3(piece, piece, tmp, rn, dt, op);
+      else
+        gang__reduce3(piece, tmp, piece, rn, dt, op);
+    }
+  }
+  return GANG_OK;
+}
+
+/* Blocks [lo, hi) of count elements in parts: offset and elements. */
+static void span(size_t count, int parts, int lo, int hi, size_t *off,
+                 size_t *len) {
+  size_t o, l, eo, el;
+  gang__algo_block(count, parts, lo, &o, &l);
+  gang__algo_block(count, parts, hi - 1, &eo, &el);
+  *off = o;
+  *len = eo + el - o;
+}
+
+gang_status gang__algo_allreduce_hd(algo_ctx *a, const algo_call *k) {
+  char *buf = k->out;
+  size_t count = k->count;
+  gang_dtype dt = k->dtype;
+  gang_reduce_op op = k->op;
+  int p = a->size, r = a->rank;
+  if (p == 1 || count == 0)
+    return GANG_OK;
+  size_t es = gang_dtype_size(dt), bytes = count * es;
+  int p2 = 1;
+  while (p2 * 2 <= p)
+    p2 *= 2;
+  int extra = p - p2;
+  void *tmp;
+  GANG_CHECK(gang__algo_scratch(a, bytes < HD_PIECE ? bytes : HD_PIECE, &tmp));
+  if (r >= p2) {
+    GANG_CHECK(
+        swap_reduce(a, r - p2, buf, count, NULL, 0, tmp, dt, op, TAG_FOLD));
+    return gang__algo_sendrecv(a, -1, NULL, 0, r - p2, buf, bytes, TAG_UNFOLD);
+  }
+  if (r < extra)
+    GANG_CHECK(
+        swap_reduce(a, r + p2, NULL, 0, buf, count, tmp, dt, op, TAG_FOLD));
+  /* Halving: keep the half of [lo, hi) on this rank's side of the bit. */
+  int lo = 0, hi = p2;
+  uint32_t step = 0;
+  for (int mask = p2 / 2; mask >= 1; mask /= 2, step++) {
+    int mid = lo + (hi - lo) / 2, partner = r ^ mask;
+    int klo = r & mask ? mid : lo, khi = r & mask ? hi : mid;
+    int slo = r & mask ? lo : mid, shi = r & mask ? mid : hi;
+    size_t ko, kl, so, sl;
+    span(count, p2, klo, khi, &ko, &kl);
+    span(count, p2, slo, shi, &so, &sl);
+    GANG_CHECK(swap_reduce(a, partner, buf + so * es, sl, buf + ko * es, kl,
+                           tmp, dt, op, TAG_HALVE + step));
+    lo = klo;
+    hi = khi;
+  }
+  /* Doubling: swap the reduced blocks held for the partner's. */
+  step = 0;
+  for (int mask = 1; mask < p2; mask *= 2, step++) {
+    int base = r & ~(2 * mask - 1); /* the pair's 2 * mask blocks */
+    int mine = r & mask ? base + mask : base;
+    int theirs = r & mask ? base : base + mask;
+    size_t mo, ml, to, tl;
+    span(count, p2, mine, mine + mask, &mo, &ml);
+    span(count, p2, theirs, theirs + mask, &to, &tl);
+    GANG_CHECK(gang__algo_sendrecv(a, ml ? r ^ mask : -1, buf + mo * es,
+                                   ml * es, tl ? r ^ mask : -1, buf + to * es,
+                                   tl * es, TAG_DOUBLE + step));
+  }
+  if (r < extra)
+    GANG_CHECK(
+        gang__algo_sendrecv(a, r + p2, buf, bytes, -1, NULL, 0, TAG_UNFOLD));
+  return GANG_OK;
+}
