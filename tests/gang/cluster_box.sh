@@ -15,20 +15,8 @@
 set -u
 src=$1
 build=$2
-cluster=$src/scripts/cluster
-. "$(dirname "$0")/netns_skip.sh"
-command -v nsenter >/dev/null 2>&1 || skip "no nsenter (util-linux)"
-
-name=gt$(( $$ % 10000 ))
-net=10.78.$(( $$ % 250 ))
-export GANG_CLUSTER=$name
-out=$(mktemp -d)
-fail=0
-trap '"$cluster" down; rm -rf "$out"' EXIT INT TERM
-bad() {
-  echo "FAIL: $*"
-  fail=1
-}
+. "$(dirname "$0")/cluster_test.sh"
+cluster_test gt 78
 
 "$cluster" up 3 --net "$net" --rate 1gbit || skip "cannot make the cluster here"
 "$cluster" up 3 --net "$net" >"$out/again" 2>&1 && bad "a second up succeeded"

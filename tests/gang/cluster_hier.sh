@@ -20,20 +20,8 @@
 set -u
 src=$1
 build=$2
-cluster=$src/scripts/cluster
-. "$(dirname "$0")/netns_skip.sh"
-command -v nsenter >/dev/null 2>&1 || skip "no nsenter (util-linux)"
-
-name=gh$(($$ % 10000))
-net=10.79.$(($$ % 250))
-export GANG_CLUSTER=$name
-out=$(mktemp -d)
-fail=0
-trap '"$cluster" down; [ -n "${GANG_TEST_KEEP:-}" ] || rm -rf "$out"' EXIT INT TERM
-bad() {
-  echo "FAIL: $*"
-  fail=1
-}
+. "$(dirname "$0")/cluster_test.sh"
+cluster_test gh 79
 "$cluster" up 2 --net "$net" >/dev/null || skip "cannot make the cluster here"
 echo "hier-test-secret" >"$out/secret"
 

@@ -18,22 +18,10 @@
 set -u
 src=$1
 build=$2
-cluster=$src/scripts/cluster
-. "$(dirname "$0")/netns_skip.sh"
-command -v nsenter >/dev/null 2>&1 || skip "no nsenter (util-linux)"
+. "$(dirname "$0")/cluster_test.sh"
+cluster_test gm 80
 mpirun --version 2>/dev/null | grep -q "Open MPI" ||
   skip "no Open MPI mpirun (scripts/install-deps.sh installs openmpi-bin)"
-
-name=gm$(($$ % 10000))
-net=10.80.$(($$ % 250))
-export GANG_CLUSTER=$name
-out=$(mktemp -d)
-fail=0
-trap '"$cluster" down; [ -n "${GANG_TEST_KEEP:-}" ] || rm -rf "$out"' EXIT INT TERM
-bad() {
-  echo "FAIL: $*"
-  fail=1
-}
 "$cluster" up 2 --net "$net" >/dev/null || skip "cannot make the cluster here"
 
 # mpirun's rsh agent: "agent [ssh options] hN command..." runs the command
