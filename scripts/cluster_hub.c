@@ -186,8 +186,7 @@ static int64_t parse(const char *flag, const char *v) {
   errno = 0;
   long long x = strtoll(v, &end, 10);
   if (errno != 0 || *end != '\0' || x < 0) {
-    fprintf(stderr, "cluster_hub: %s wants a number >= 0, not '%s'\n", flag,
-            v);
+    fprintf(stderr, "cluster_hub: %s wants a number >= 0, not '%s'\n", flag, v);
     exit(1);
   }
   return x;
