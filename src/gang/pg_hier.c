@@ -2,8 +2,10 @@
  * broadcast and barrier run inside each host over shared memory and
  * between hosts over TCP among one leader per host (its lowest gang rank),
  * and so does all_gather where the hosts hold equal blocks of consecutive
- * ranks; the other collectives run flat over TCP (pg_exec.c). Costs in
- * docs/algorithms.md, "Gangs over several hosts". */
+ * ranks; reduce_scatter on such layouts goes between hosts along rails
+ * (the members with one local index). The other collectives run flat over
+ * TCP (pg_exec.c). Costs in docs/algorithms.md, "Gangs over several
+ * hosts". */
 #include <stdlib.h>
 #include <string.h>
 
