@@ -427,12 +427,12 @@ static size_t crossover(algo_coll coll, algo_id a, algo_id b, algo_facts f) {
   return hi;
 }
 
-void gang__algo_model_print(FILE *f, double alpha_ns, double beta_ns,
-                            int size) {
+void gang__algo_model_print(FILE *f, double alpha_ns, double beta_ns) {
   fprintf(f,
           "link model (TCP): a message of m bytes costs alpha + m beta, "
           "alpha %.1f us, 1/beta %.3g GB/s (GANG_NET_LATENCY_US, "
-          "GANG_NET_BANDWIDTH; rank 0's values hold for its world)\n",
+          "GANG_NET_BANDWIDTH; a world over several hosts measures its own at "
+          "creation unless they are set, GANG_NET_PROBE)\n",
           alpha_ns / 1000, beta_ns > 0 ? 1 / beta_ns : 0);
   static const struct {
     algo_coll coll;
@@ -445,7 +445,7 @@ void gang__algo_model_print(FILE *f, double alpha_ns, double beta_ns,
     fprintf(f, "  %s: %s below, %s from:", coll_names[pairs[i].coll],
             algo_names[pairs[i].small], algo_names[pairs[i].large]);
     for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
-      int p = size > 2 && k == 0 ? size : sizes[k];
+      int p = sizes[k];
       algo_facts fa = {.size = p,
                        .count = SIZE_MAX,
                        .alpha_ns = alpha_ns,

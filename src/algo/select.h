@@ -99,9 +99,9 @@ algo_id gang__algo_select(const algo_choice *choice, algo_coll coll,
  * model does not cover. */
 double gang__algo_cost(algo_coll coll, algo_id a, const algo_facts *facts);
 
-/* Prints the link model and where it puts the TCP choices for `size`
- * members (gang-info). */
-void gang__algo_model_print(FILE *f, double alpha_ns, double beta_ns, int size);
+/* Prints the link model and where it puts the TCP choices for 4, 8, 16
+ * and 64 members (gang-info). */
+void gang__algo_model_print(FILE *f, double alpha_ns, double beta_ns);
 
 /* Whether the table has a rule naming algorithm a for coll. */
 bool gang__algo_in_table(algo_coll coll, algo_id a);

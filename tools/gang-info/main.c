@@ -70,6 +70,6 @@ int main(int argc, char **argv) {
   if (gang__setting_int(GANG_SETTING_NET_LATENCY_US, &us) == GANG_OK &&
       gang__setting_int(GANG_SETTING_NET_BANDWIDTH, &bw) == GANG_OK && us > 0 &&
       bw > 0)
-    gang__algo_model_print(stdout, (double)us * 1000, 1e9 / (double)bw, 0);
+    gang__algo_model_print(stdout, (double)us * 1000, 1e9 / (double)bw);
   return bad;
 }
