@@ -489,8 +489,10 @@ static void check_paths(gang_t *g) {
  * single copy under shm from three members (forced: a probe the kernel
  * refused would stage it and the matrix would test staging twice; two
  * members stage blocks this size, select.c), staged copies under nocma,
- * and the TCP ring under tcp and mixed (the world spans two hosts, and
- * all_gather has no hierarchical form). */
+ * the TCP ring under tcp, and under mixed a flat TCP algorithm (the world
+ * spans two hosts of every other rank, which all_gather has no
+ * hierarchical form for; the link model measured between them chooses the
+ * ring or Bruck). */
 static void check_transport(gang_t *g) {
   int r = gang_rank(g), n = gang_size(g);
   if (n == 1)
@@ -506,7 +508,10 @@ static void check_transport(gang_t *g) {
   for (size_t i = 0; i < count; i++)
     in[i] = r * 1000003 + (int64_t)i;
   RCHECK_OK(gang_all_gather(g, out, in, count, GANG_INT64));
-  RCHECK(gt_ran(g, want, "a large all_gather"));
+  const char *ran = gang__pg_last_algo(g);
+  bool bruck = ran != NULL && strcmp(ran, "bruck") == 0;
+  if (strcmp(g_mode, "mixed") != 0 || !bruck)
+    RCHECK(gt_ran(g, want, "a large all_gather"));
   for (int q = 0; q < n; q++)
     for (size_t i = 0; i < count; i++)
       RCHECK(out[(size_t)q * count + i] == q * 1000003 + (int64_t)i);
