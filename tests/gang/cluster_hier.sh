@@ -8,10 +8,14 @@
 # interleaved, three runs each; the log names what ran (GANG_DEBUG=INFO,
 # subsystem COLL) and gang-bench checks every result.
 # Per collective and size, the median of the hierarchical runs must stay
-# within 1.5x + 20 us of the flat one: the box's four ranks share two
-# CPUs, so single runs scatter, but the regression this guards against
-# (a rank spinning on the CPU its host's leader or the other host needs)
-# cost 6-10x.
+# within 1.5x + 20 us of the flat one below 64 KiB, and within 3x from 64
+# KiB: the box's four ranks share two CPUs, so single runs scatter, and
+# from 64 KiB TCP between its namespaces is a memory copy like shared
+# memory's, so the two paths do the same work and their medians have been
+# seen 1.6-2.7x apart either way (broadcast at 128 KiB, and reduce_scatter
+# at 1 MiB with the same ring on both sides). The regression this guards
+# against (a rank spinning on the CPU its host's leader or the other host
+# needs) cost 6-10x below 64 KiB.
 #
 # Needs root (network namespaces): otherwise it exits 77 (a failure under
 # GANG_TEST_REQUIRE_NETNS=1, which scripts/test.sh sets as root).
@@ -89,11 +93,11 @@ for spec in "all_reduce|-b 8 -e 1M -f 128|recursive_doubling" \
   join "$out/$op.hm" "$out/$op.fm" >"$out/$op.both"
   [ -s "$out/$op.both" ] || bad "$op: no size timed both ways"
   while read -r size h f; do
-    verdict=$(awk -v h="$h" -v f="$f" 'BEGIN { print (h <= 1.5 * f + 20) ? "ok" : "SLOWER" }')
+    verdict=$(awk -v s="$size" -v h="$h" -v f="$f" 'BEGIN { print (h <= (s < 65536 ? 1.5 * f + 20 : 3 * f)) ? "ok" : "SLOWER" }')
     echo "$op $size B: hierarchical $h us, flat TCP $f us: $verdict"
     [ "$verdict" = ok ] || bad "$op at $size B: hierarchical $h us against flat $f us"
   done <"$out/$op.both"
 done
 
-[ $fail = 0 ] && echo "PASS: across 2 hosts the hierarchical path is no slower than flat TCP"
+[ $fail = 0 ] && echo "PASS: across 2 hosts the hierarchical path is within its bounds of flat TCP"
 exit $fail
