@@ -263,7 +263,7 @@ bool gang__pg_execute_hier(gang_t *g, gang_work *w, gang_status *st) {
       return true;
     char *mine = stage + (size_t)g->size * bytes;
     const char *in = c->in;
-    for (int hp = 0; hp < h->nhosts; hp++)
+    for (int hp = 0; hp < h->nhosts && bytes; hp++) /* in may be NULL at 0 */
       for (int lp = 0; lp < per; lp++)
         memcpy(stage + ((size_t)lp * (size_t)h->nhosts + (size_t)hp) * bytes,
                in + ((size_t)hp * (size_t)per + (size_t)lp) * bytes, bytes);
