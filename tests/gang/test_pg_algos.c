@@ -351,20 +351,26 @@ static void test_bad_setting(void **state) {
   unsetenv("GANG_ALGO");
 }
 
+/* Case c forced at 4 to 7 ranks: a power of two, and every shape of the
+ * ranks past one. */
+static void run_forced_4_to_7(const forced *c, int timeout_ms) {
+  g_case = c;
+  setenv("GANG_ALGO", c->setting, 1);
+  for (int size = 4; size <= 7; size++) {
+    print_message("%s, %d ranks\n", c->setting, size);
+    g_round++;
+    assert_int_equal(gt_run_ranks(size, rank_main, NULL, timeout_ms), 0);
+  }
+  unsetenv("GANG_ALGO");
+}
+
 /* Bruck's steps for every shape of the last one: 4 (whole steps), 5, 6
  * and 7 ranks (a partial last step of 1, 2 and 3 blocks). */
 static void test_bruck_sizes(void **state) {
   (void)state;
   static const forced bruck = {
       "all_gather=bruck", "all_gather", "bruck", {1, 333, 5000}, 0};
-  g_case = &bruck;
-  setenv("GANG_ALGO", bruck.setting, 1);
-  for (int size = 4; size <= 7; size++) {
-    print_message("%s, %d ranks\n", bruck.setting, size);
-    g_round++;
-    assert_int_equal(gt_run_ranks(size, rank_main, NULL, 60000), 0);
-  }
-  unsetenv("GANG_ALGO");
+  run_forced_4_to_7(&bruck, 60000);
 }
 
 /* Recursive halving-doubling at 4 (a power of two), 5, 6 and 7 ranks (1,
@@ -377,14 +383,7 @@ static void test_halving_doubling_sizes(void **state) {
                             "halving_doubling",
                             {7, 5003, 1100003},
                             0};
-  g_case = &hd;
-  setenv("GANG_ALGO", hd.setting, 1);
-  for (int size = 4; size <= 7; size++) {
-    print_message("%s, %d ranks\n", hd.setting, size);
-    g_round++;
-    assert_int_equal(gt_run_ranks(size, rank_main, NULL, 120000), 0);
-  }
-  unsetenv("GANG_ALGO");
+  run_forced_4_to_7(&hd, 120000);
 }
 
 /* The link model (GANG_NET_LATENCY_US, GANG_NET_BANDWIDTH) chooses among
