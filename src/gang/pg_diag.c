@@ -112,6 +112,36 @@ static bool absent_elsewhere(gang_t *g, const bool *missing, char *buf,
   return true;
 }
 
+/* Of the gang's ranks that marked nothing for call `seq`, the ones that
+ * timed out in another call of the gang (one that went on to the next call
+ * before a peer stopped answering, or one still in the previous): written
+ * to buf as "2 (#2911, 1 ahead),3 (...)" and no longer counted in `missing`.
+ * False when the store failed. */
+static bool in_other_call(gang_t *g, uint64_t seq, bool *missing, char *buf,
+                          size_t cap) {
+  gang__pg *p = g->impl;
+  size_t o = 0;
+  buf[0] = '\0';
+  for (int r = 0; r < g->size; r++) {
+    if (!missing[r])
+      continue;
+    char key[96];
+    snprintf(key, sizeof key, "diag/%" PRIx64 "/at/%d", p->ctx, r);
+    int64_t at = 0; /* adding 0 reads it; a missing key reads as 0 */
+    if (gang_store_add(p->w->store, key, 0, &at) != GANG_OK)
+      return false;
+    if (at <= 0 || (uint64_t)at == seq)
+      continue;
+    missing[r] = false;
+    uint64_t d = (uint64_t)at > seq ? (uint64_t)at - seq : seq - (uint64_t)at;
+    if (o + 48 < cap)
+      o += (size_t)snprintf(buf + o, cap - o,
+                            "%s%d (#%" PRId64 ", %" PRIu64 " %s)", o ? "," : "",
+                            r, at, d, (uint64_t)at > seq ? "ahead" : "behind");
+  }
+  return true;
+}
+
 /* After a collective timed out (here or on a peer that told us), find out
  * which ranks of the gang reached it: each rank that gets the timeout marks
  * "diag/<ctx>/<seq>/<rank>" in the store (and its presence in the world,
@@ -132,7 +162,13 @@ void gang__pg_diagnose_timeout(gang_t *g, const gang_work *w) {
   char mine[96];
   snprintf(mine, sizeof mine, "diag/%" PRIx64 "/%" PRIu64 "/%d", p->ctx, w->seq,
            g->rank);
+  /* Which call this rank timed out in, for the peers that timed out in
+   * another one (in_other_call). */
+  char at_key[96], at[24];
+  snprintf(at_key, sizeof at_key, "diag/%" PRIx64 "/at/%d", p->ctx, g->rank);
+  int at_len = snprintf(at, sizeof at, "%" PRIu64, w->seq);
   if (gang_store_set(st, mine, "1", 1) != GANG_OK ||
+      gang_store_set(st, at_key, at, (size_t)at_len) != GANG_OK ||
       mark_present(p, p->map[g->rank]) != GANG_OK) {
     no_diagnosis(p, detail, w);
     return;
@@ -153,6 +189,7 @@ void gang__pg_diagnose_timeout(gang_t *g, const gang_work *w) {
     (void)gang_store_wait(st, (const char *const *)keys, (size_t)g->size,
                           budget);
     char reached[256] = "", missing[256] = "", absent[256] = "";
+    char other[256] = "";
     size_t ro = 0, mo = 0;
     bool answered = true;
     for (int r = 0; answered && r < g->size; r++) {
@@ -160,21 +197,25 @@ void gang__pg_diagnose_timeout(gang_t *g, const gang_work *w) {
       const char *k = keys[r];
       answered = gang_store_check(st, &k, 1, &there) == GANG_OK;
       missed[r] = answered && !there;
-      char *buf = there ? reached : missing;
-      size_t *o = there ? &ro : &mo;
-      if (answered && *o + 16 < sizeof reached)
-        *o += (size_t)snprintf(buf + *o, sizeof reached - *o, "%s%d",
-                               *o ? "," : "", r);
+      if (answered && there && ro + 16 < sizeof reached)
+        ro += (size_t)snprintf(reached + ro, sizeof reached - ro, "%s%d",
+                               ro ? "," : "", r);
     }
     if (answered)
-      answered = absent_elsewhere(g, missed, absent, sizeof absent);
+      answered = in_other_call(g, w->seq, missed, other, sizeof other) &&
+                 absent_elsewhere(g, missed, absent, sizeof absent);
+    for (int r = 0; answered && r < g->size; r++)
+      if (missed[r] && mo + 16 < sizeof missing)
+        mo += (size_t)snprintf(missing + mo, sizeof missing - mo, "%s%d",
+                               mo ? "," : "", r);
     if (answered)
       gang__error(
           GANG_TIMEOUT,
-          "%s [gang ranks that reached %s #%" PRIu64 ": %s; that did "
+          "%s [gang ranks that reached %s #%" PRIu64 ": %s;%s%s%s that did "
           "not answer within %lld ms: %s%s%s]",
           detail, gang__coll_name(w->coll.kind), w->seq, ro ? reached : "none",
-          (long long)budget, mo ? missing : "none",
+          other[0] ? " that timed out in another call: " : "", other,
+          other[0] ? ";" : "", (long long)budget, mo ? missing : "none",
           absent[0] ? "; other world ranks in no diagnosis: " : "", absent);
     else
       no_diagnosis(p, detail, w);

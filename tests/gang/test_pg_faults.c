@@ -282,6 +282,57 @@ static void test_stopped_rank_named_across_gangs(void **state) {
   assert_int_equal(run_with_stop_state(4, across_rank, NULL), 0);
 }
 
+/* Ranks that time out in different calls of one gang. Over TCP, 4 ranks:
+ * the binomial broadcast from rank 0 reaches rank 3 through rank 2, which
+ * is stopped; ranks 0 and 1 get their data, go on to the next all_reduce
+ * and time out there, rank 3 times out in the broadcast. Each survivor's
+ * diagnosis must name the others as in another call (ahead or behind),
+ * and only rank 2 as not answering. */
+static void warm_then_hang(gang_t *g, int ready_fd) {
+  float x = 1;
+  RCHECK_OK(gang_all_reduce(g, &x, 1, GANG_FLOAT32, GANG_SUM));
+  hang(g, ready_fd);
+}
+
+static int skew_rank(int rank, int size, void *arg) {
+  stop_state *ss = arg;
+  if (rank == 2) {
+    pid_t v = spawn_victim(rank, size, warm_then_hang, 1500);
+    kill(v, SIGSTOP);
+    return hold_stopped(v, ss, size - 1);
+  }
+  gang_t *g = join(rank, size, 1500);
+  float x = 1;
+  RCHECK_OK(gang_all_reduce(g, &x, 1, GANG_FLOAT32, GANG_SUM)); /* #1 */
+  gang_status st = gang_broadcast(g, &x, 1, GANG_FLOAT32, 0);   /* #2 */
+  if (st == GANG_OK)
+    st = gang_all_reduce(g, &x, 1, GANG_FLOAT32, GANG_SUM); /* #3 */
+  fprintf(stderr, "rank %d: %s: %s\n", rank, gang_status_name(st),
+          gang_last_error());
+  RCHECK(st == GANG_TIMEOUT);
+  const char *want =
+      rank == 3 ? "reached broadcast #2: 3; that timed out in another call: "
+                  "0 (#3, 1 ahead),1 (#3, 1 ahead); that did not answer "
+                  "within 150 ms: 2]"
+                : "reached all_reduce #3: 0,1; that timed out in another call: "
+                  "3 (#2, 1 behind); that did not answer within 150 ms: 2]";
+  if (strstr(gang_last_error(), want) != NULL)
+    atomic_fetch_add(&ss->named, 1);
+  gang_destroy(g);
+  atomic_fetch_add(&ss->done, 1);
+  return 0;
+}
+
+static void test_ranks_timed_out_in_different_calls(void **state) {
+  (void)state;
+  setenv("GANG_SHM_DISABLE", "1", 1);
+  int named = 0;
+  int rc = run_with_stop_state(4, skew_rank, &named);
+  unsetenv("GANG_SHM_DISABLE");
+  assert_int_equal(rc, 0);
+  assert_int_equal(named, 3);
+}
+
 /* ---- works queued behind a timed-out one ----------------------------------
  */
 
@@ -511,6 +562,7 @@ int main(void) {
       GT_TEST(test_stopped_store_host_times_out),
       GT_TEST(test_works_queued_behind_a_timeout),
       GT_TEST(test_stopped_rank_named_across_gangs),
+      GT_TEST(test_ranks_timed_out_in_different_calls),
       GT_TEST(test_abort_from_thread),
       GT_TEST(test_abort_of_a_subgang),
   };
