@@ -26,6 +26,7 @@ void gang__pg_hier_free(pg_hier *h) {
     return;
   gang__shm_chan_detach(h->local);
   free(h->leaders);
+  free(h->senders);
   free(h->host_of);
   free(h->local_of);
   free(h->rail);
@@ -45,9 +46,11 @@ gang_status gang__pg_hier_new(pg_world *w, const int *map, int size, int rank,
   if (h == NULL || hid == NULL || local == NULL)
     goto oom;
   h->leaders = malloc(sizeof *h->leaders * (size_t)size);
+  h->senders = malloc(sizeof *h->senders * (size_t)size);
   h->host_of = malloc(sizeof *h->host_of * (size_t)size);
   h->local_of = calloc((size_t)size, sizeof *h->local_of);
-  if (h->leaders == NULL || h->host_of == NULL || h->local_of == NULL)
+  if (h->leaders == NULL || h->senders == NULL || h->host_of == NULL ||
+      h->local_of == NULL)
     goto oom;
   int *count = local; /* members per host index, reused below */
   for (int i = 0; i < size; i++) {
@@ -196,20 +199,26 @@ bool gang__pg_execute_hier(gang_t *g, gang_work *w, gang_status *st) {
     return true;
   }
   case ALGO_BROADCAST: {
+    /* Between hosts the root stands for its host (it has the data) and
+     * the leaders for theirs; then every host broadcasts from the one that
+     * took part, all at once: one network step and one shared-memory step
+     * on the way to any member. */
     int root_host = h->host_of[c->root];
-    algo_id la =
-        ch != NULL ? local_algo(p, ALGO_BROADCAST, bytes, c->count) : ALGO_AUTO;
-    algo_call in_host = k, among = k, from_leader = k;
-    in_host.root = h->local_of[c->root];
+    bool mine = h->my_host == root_host;
+    algo_call among = k, in_host = k;
     among.root = root_host;
-    from_leader.root = 0;
-    /* The root's host first, so its leader has the data. */
-    if (ch != NULL && h->my_host == root_host)
-      *st = gang__algo_run_shm(ch, ALGO_BROADCAST, la, &in_host);
-    if (*st == GANG_OK && h->leader)
-      *st = gang__algo_run_tcp(&a, ALGO_BROADCAST, ta, &among);
-    if (*st == GANG_OK && ch != NULL && h->my_host != root_host)
-      *st = gang__algo_run_shm(ch, ALGO_BROADCAST, la, &from_leader);
+    in_host.root = mine ? h->local_of[c->root] : 0;
+    if (mine ? g->rank == c->root : h->leader) {
+      memcpy(h->senders, h->leaders, sizeof *h->senders * (size_t)h->nhosts);
+      h->senders[root_host] = p->map[c->root];
+      algo_ctx s = gang__pg_tcp_ctx(p, w, h->my_host, h->nhosts, h->senders,
+                                    h->ctx, deadline, what);
+      *st = gang__algo_run_tcp(&s, ALGO_BROADCAST, ta, &among);
+    }
+    if (*st == GANG_OK && ch != NULL)
+      *st = gang__algo_run_shm(ch, ALGO_BROADCAST,
+                               local_algo(p, ALGO_BROADCAST, bytes, c->count),
+                               &in_host);
     return true;
   }
   case ALGO_ALL_GATHER: {

@@ -80,7 +80,8 @@ typedef struct pg_world {
 typedef struct pg_hier {
   gang__shm_chan *local; /* this host's members (NULL when alone here) */
   int *leaders;          /* world ranks of the leaders, by host index */
-  int nhosts, my_host;   /* host index: order of first gang rank */
+  int *senders; /* a broadcast's: the leaders, its root for the root's host */
+  int nhosts, my_host; /* host index: order of first gang rank */
   bool leader;
   int *host_of;  /* gang rank -> host index */
   int *local_of; /* gang rank -> index among its host's members */
