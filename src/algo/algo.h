@@ -57,9 +57,11 @@ gang_status gang__algo_allreduce_rd(algo_ctx *a, const algo_call *k);
 gang_status gang__algo_allreduce_ring(algo_ctx *a, const algo_call *k);
 gang_status gang__algo_allreduce_hd(algo_ctx *a, const algo_call *k);
 gang_status gang__algo_bcast_binomial(algo_ctx *a, const algo_call *k);
+gang_status gang__algo_bcast_sag(algo_ctx *a, const algo_call *k);
 gang_status gang__algo_allgather_ring(algo_ctx *a, const algo_call *k);
 gang_status gang__algo_allgather_bruck(algo_ctx *a, const algo_call *k);
 gang_status gang__algo_reduce_scatter_ring(algo_ctx *a, const algo_call *k);
+gang_status gang__algo_reduce_scatter_halving(algo_ctx *a, const algo_call *k);
 gang_status gang__algo_alltoall_pairwise(algo_ctx *a, const algo_call *k);
 /* in_counts[i] elements go to rank i, out_counts[j] come from rank j,
  * blocks packed in rank order. */

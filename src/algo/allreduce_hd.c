@@ -115,3 +115,76 @@ gang_status gang__algo_allreduce_hd(algo_ctx *a, const algo_call *k) {
         gang__algo_sendrecv(a, r + p2, buf, bytes, -1, NULL, 0, TAG_UNFOLD));
   return GANG_OK;
 }
+
+/* Recursive halving reduce_scatter: the halving half of the above on a
+ * copy of the input, whose p blocks of `count` elements are laid out in p2
+ * groups: group j holds block j and, for j < p - p2, block j + p2 (the
+ * block of the rank that folds into rank j). Group j starts at element
+ * count * (j + min(j, p - p2)). A rank past p2 sends its whole copy to its
+ * partner and gets its block back at the end. Cost lg p2 alpha +
+ * (p2-1)/p2 N beta for N = p blocks, + 2 alpha + N beta for the fold, and
+ * the halving's reduces (docs/algorithms.md). */
+static size_t group_at(size_t count, int extra, int j) {
+  return count * (size_t)(j + (j < extra ? j : extra));
+}
+
+gang_status gang__algo_reduce_scatter_halving(algo_ctx *a, const algo_call *k) {
+  size_t count = k->count;
+  gang_dtype dt = k->dtype;
+  gang_reduce_op op = k->op;
+  int p = a->size, r = a->rank;
+  size_t es = gang_dtype_size(dt), bytes = count * es;
+  if (bytes == 0)
+    return GANG_OK;
+  size_t total = count * (size_t)p;
+  if (p == 1) {
+    memcpy(k->out, k->in, bytes);
+    return GANG_OK;
+  }
+  int p2 = 1;
+  while (p2 * 2 <= p)
+    p2 *= 2;
+  int extra = p - p2;
+  char *stage;
+  void *tmp;
+  GANG_CHECK(gang__algo_stage(a, total * es, (void **)&stage));
+  GANG_CHECK(gang__algo_scratch(
+      a, total * es < HD_PIECE ? total * es : HD_PIECE, &tmp));
+  const char *in = k->in;
+  for (int j = 0; j < p2; j++) {
+    memcpy(stage + group_at(count, extra, j) * es, in + (size_t)j * bytes,
+           bytes);
+    if (j < extra)
+      memcpy(stage + (group_at(count, extra, j) + count) * es,
+             in + (size_t)(j + p2) * bytes, bytes);
+  }
+  if (r >= p2) {
+    GANG_CHECK(
+        swap_reduce(a, r - p2, stage, total, NULL, 0, tmp, dt, op, TAG_FOLD));
+    return gang__algo_sendrecv(a, -1, NULL, 0, r - p2, k->out, bytes,
+                               TAG_UNFOLD);
+  }
+  if (r < extra)
+    GANG_CHECK(
+        swap_reduce(a, r + p2, NULL, 0, stage, total, tmp, dt, op, TAG_FOLD));
+  int lo = 0, hi = p2;
+  uint32_t step = 0;
+  for (int mask = p2 / 2; mask >= 1; mask /= 2, step++) {
+    int mid = lo + (hi - lo) / 2, partner = r ^ mask;
+    int klo = r & mask ? mid : lo, khi = r & mask ? hi : mid;
+    int slo = r & mask ? lo : mid, shi = r & mask ? mid : hi;
+    size_t ko = group_at(count, extra, klo), so = group_at(count, extra, slo);
+    size_t kl = group_at(count, extra, khi) - ko;
+    size_t sl = group_at(count, extra, shi) - so;
+    GANG_CHECK(swap_reduce(a, partner, stage + so * es, sl, stage + ko * es, kl,
+                           tmp, dt, op, TAG_HALVE + step));
+    lo = klo;
+    hi = khi;
+  }
+  char *mine = stage + group_at(count, extra, r) * es;
+  memcpy(k->out, mine, bytes);
+  if (r < extra)
+    GANG_CHECK(gang__algo_sendrecv(a, r + p2, mine + bytes, bytes, -1, NULL, 0,
+                                   TAG_UNFOLD));
+  return GANG_OK;
+}

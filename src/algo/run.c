@@ -61,13 +61,16 @@ static const tcp_handler tcp_handlers[ALGO_COLL_COUNT][ALGO_COUNT] = {
             [ALGO_TCP_RING] = gang__algo_allreduce_ring,
             [ALGO_TCP_HD] = gang__algo_allreduce_hd,
         },
-    [ALGO_BROADCAST] = {[ALGO_TCP_BINOMIAL] = gang__algo_bcast_binomial},
+    [ALGO_BROADCAST] = {[ALGO_TCP_BINOMIAL] = gang__algo_bcast_binomial,
+                        [ALGO_TCP_SAG] = gang__algo_bcast_sag},
     [ALGO_ALL_GATHER] =
         {
             [ALGO_TCP_RING] = gang__algo_allgather_ring,
             [ALGO_TCP_BRUCK] = gang__algo_allgather_bruck,
         },
-    [ALGO_REDUCE_SCATTER] = {[ALGO_TCP_RING] = gang__algo_reduce_scatter_ring},
+    [ALGO_REDUCE_SCATTER] = {[ALGO_TCP_RING] = gang__algo_reduce_scatter_ring,
+                             [ALGO_TCP_HALVING] =
+                                 gang__algo_reduce_scatter_halving},
     [ALGO_ALL_TO_ALL] = {[ALGO_TCP_PAIRWISE] = gang__algo_alltoall_pairwise},
     [ALGO_ALL_TO_ALL_V] = {[ALGO_TCP_PAIRWISE] = gang__algo_alltoallv_pairwise},
 };

@@ -114,12 +114,24 @@ static const algo_rule rules[] = {
     {ALGO_ALL_REDUCE, ALGO_PATH_TCP, ALGO_TCP_HD, ANY, 0, ANY,
      NEED_COUNT | WHEN_CHEAPEST},
     {ALGO_ALL_REDUCE, ALGO_PATH_TCP, ALGO_TCP_RD, ANY, 0, ANY, 0},
+    /* The binomial tree's lg p full copies, or for large buffers the
+     * scatter-allgather's two, by the link model. */
+    {ALGO_BROADCAST, ALGO_PATH_TCP, ALGO_TCP_BINOMIAL, ANY, 0, ANY,
+     WHEN_CHEAPEST},
+    {ALGO_BROADCAST, ALGO_PATH_TCP, ALGO_TCP_SAG, ANY, 0, ANY,
+     NEED_COUNT | WHEN_CHEAPEST},
     {ALGO_BROADCAST, ALGO_PATH_TCP, ALGO_TCP_BINOMIAL, ANY, 0, ANY, 0},
     /* Bruck's lg p steps for small blocks, the ring's p - 1 (each a
      * block, no copy after) for large, by the link model. */
     {ALGO_ALL_GATHER, ALGO_PATH_TCP, ALGO_TCP_BRUCK, ANY, 0, ANY,
      WHEN_CHEAPEST},
     {ALGO_ALL_GATHER, ALGO_PATH_TCP, ALGO_TCP_RING, ANY, 0, ANY, WHEN_CHEAPEST},
+    /* Recursive halving's lg p steps or the ring's p - 1, by the link
+     * model. */
+    {ALGO_REDUCE_SCATTER, ALGO_PATH_TCP, ALGO_TCP_HALVING, ANY, 0, ANY,
+     WHEN_CHEAPEST},
+    {ALGO_REDUCE_SCATTER, ALGO_PATH_TCP, ALGO_TCP_RING, ANY, 0, ANY,
+     WHEN_CHEAPEST},
     {ALGO_REDUCE_SCATTER, ALGO_PATH_TCP, ALGO_TCP_RING, ANY, 0, ANY, 0},
     {ALGO_ALL_TO_ALL, ALGO_PATH_TCP, ALGO_TCP_PAIRWISE, ANY, 0, ANY, 0},
     {ALGO_ALL_TO_ALL_V, ALGO_PATH_TCP, ALGO_TCP_PAIRWISE, ANY, 0, ANY, 0},
@@ -190,6 +202,23 @@ double gang__algo_cost(algo_coll coll, algo_id a, const algo_facts *f) {
       return (2 * ceil_lg(p2) + (p2 < f->size ? 2 : 0)) * al +
              (2.0 * (p2 - 1) / p2 + (p2 < f->size ? 2 : 0)) * n * be +
              (double)(p2 - 1) / p2 * n * REDUCE_NS_PER_BYTE;
+    return 0;
+  case ALGO_BROADCAST:
+    if (a == ALGO_TCP_BINOMIAL)
+      return lg * (al + n * be);
+    if (a == ALGO_TCP_SAG)
+      return (lg + p - 1) * al + 2 * (p - 1) / p * n * be;
+    return 0;
+  case ALGO_REDUCE_SCATTER: /* n: one member's block; both reduce as
+                                they receive, nothing overlapped */
+    if (a == ALGO_TCP_RING)
+      return (p - 1) * (al + n * be + n * REDUCE_NS_PER_BYTE);
+    if (a == ALGO_TCP_HALVING) {
+      double big = p * n, fold = p2 < f->size ? 1 : 0;
+      return (ceil_lg(p2) + 2 * fold) * al +
+             ((double)(p2 - 1) / p2 * big + fold * (big + n)) * be +
+             ((double)(p2 - 1) / p2 * big + fold * big) * REDUCE_NS_PER_BYTE;
+    }
     return 0;
   case ALGO_ALL_GATHER: /* n: one member's block */
     if (a == ALGO_TCP_RING)
@@ -439,6 +468,8 @@ void gang__algo_model_print(FILE *f, double alpha_ns, double beta_ns) {
     algo_id small, large;
   } pairs[] = {{ALGO_ALL_REDUCE, ALGO_TCP_RD, ALGO_TCP_HD},
                {ALGO_ALL_REDUCE, ALGO_TCP_HD, ALGO_TCP_RING},
+               {ALGO_BROADCAST, ALGO_TCP_BINOMIAL, ALGO_TCP_SAG},
+               {ALGO_REDUCE_SCATTER, ALGO_TCP_HALVING, ALGO_TCP_RING},
                {ALGO_ALL_GATHER, ALGO_TCP_BRUCK, ALGO_TCP_RING}};
   int sizes[] = {4, 8, 16, 64};
   for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {

@@ -56,7 +56,10 @@ typedef enum algo_path {
   X(TCP_PAIRWISE, "pairwise", "pairwise exchange over TCP")                    \
   X(TCP_BRUCK, "bruck", "Bruck's doubling concatenation over TCP")             \
   X(TCP_HD, "halving_doubling",                                                \
-    "recursive halving reduce_scatter, then doubling all_gather, over TCP")
+    "recursive halving reduce_scatter, then doubling all_gather, over TCP")    \
+  X(TCP_SAG, "scatter_allgather",                                              \
+    "binomial scatter, then ring all_gather, over TCP")                        \
+  X(TCP_HALVING, "recursive_halving", "recursive halving over TCP")
 
 typedef enum algo_id {
 #define ALGO_ENUM(id, name, doc) ALGO_##id,

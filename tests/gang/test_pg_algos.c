@@ -66,6 +66,11 @@ static const forced cases[] = {
     {"broadcast=single_copy", "broadcast", "single_copy", {1, 5000, 600001}, 0},
     {"broadcast=staged", "broadcast", "staged", {1, 5000, 600001}, 0},
     {"broadcast=binomial", "broadcast", "binomial", {1, 5000, 70001}, 0},
+    {"broadcast=scatter_allgather",
+     "broadcast",
+     "scatter_allgather",
+     {3, 5003, 70001},
+     0},
     {"all_gather=small", "all_gather", "small", {1, 100, 256}, 0},
     {"all_gather=staged", "all_gather", "staged", {1, 5000, 300001}, 0},
     {"all_gather=single_copy",
@@ -82,6 +87,11 @@ static const forced cases[] = {
      {1, 5000, 300001},
      0},
     {"reduce_scatter=ring", "reduce_scatter", "ring", {1, 5000, 70001}, 0},
+    {"reduce_scatter=recursive_halving",
+     "reduce_scatter",
+     "recursive_halving",
+     {1, 5000, 70001},
+     0},
     {"all_to_all=staged", "all_to_all", "staged", {1, 5000, 300001}, 0},
     {"all_to_all=single_copy",
      "all_to_all",
@@ -130,15 +140,20 @@ static void run_all_reduce(gang_t *g, int rank, int size, size_t n) {
   free(b);
 }
 
+/* From the last rank and from rank 0 (a tree's shape depends on the
+ * root). */
 static void run_broadcast(gang_t *g, int rank, int size, size_t n) {
   float *b = malloc((n + 1) * sizeof *b);
-  int root = size - 1;
-  for (size_t i = 0; i < n; i++)
-    b[i] = rank == root ? val(root, i) : -1.0f;
-  RCHECK_OK(gang_broadcast(g, b, n, GANG_FLOAT32, root));
-  check_last(g);
-  for (size_t i = 0; i < n; i++)
-    RCHECK(b[i] == val(root, i));
+  int roots[2] = {size - 1, 0};
+  for (int r = 0; r < (size > 1 ? 2 : 1); r++) {
+    int root = roots[r];
+    for (size_t i = 0; i < n; i++)
+      b[i] = rank == root ? val(root, i) : -1.0f;
+    RCHECK_OK(gang_broadcast(g, b, n, GANG_FLOAT32, root));
+    check_last(g);
+    for (size_t i = 0; i < n; i++)
+      RCHECK(b[i] == val(root, i));
+  }
   free(b);
 }
 
@@ -292,7 +307,7 @@ static void test_table_and_handlers_agree(void **state) {
                  rule ? "in the table, no handler" : "a handler, no rule");
       pairs += rule;
     }
-  assert_int_equal(pairs, 30);
+  assert_int_equal(pairs, 32);
   algo_call k = {0};
   assert_int_equal(gang__algo_run_tcp(NULL, ALGO_BARRIER, ALGO_TCP_RING, &k),
                    GANG_INTERNAL);
@@ -386,6 +401,33 @@ static void test_halving_doubling_sizes(void **state) {
   run_forced_4_to_7(&hd, 120000);
 }
 
+/* The scatter-allgather broadcast at 4 to 7 ranks: every shape of the
+ * binomial scatter's last round, blocks that split unevenly (5003) and
+ * fewer elements than blocks would need for all to be equal (7). */
+static void test_scatter_allgather_sizes(void **state) {
+  (void)state;
+  static const forced sag = {"broadcast=scatter_allgather",
+                             "broadcast",
+                             "scatter_allgather",
+                             {7, 5003, 300007},
+                             0};
+  run_forced_4_to_7(&sag, 60000);
+}
+
+/* Recursive halving's reduce_scatter at 4 (a power of two), 5, 6 and 7
+ * ranks (1, 2 and 3 folded in: their blocks travel in their partners'
+ * groups), with blocks of one element, uneven pieces and over 4 MiB of
+ * input at 7 ranks (the fold moves in pieces). */
+static void test_recursive_halving_sizes(void **state) {
+  (void)state;
+  static const forced rh = {"reduce_scatter=recursive_halving",
+                            "reduce_scatter",
+                            "recursive_halving",
+                            {1, 5003, 160001},
+                            0};
+  run_forced_4_to_7(&rh, 120000);
+}
+
 /* The link model (GANG_NET_LATENCY_US, GANG_NET_BANDWIDTH) chooses among
  * the TCP algorithms by their cost formulas: recursive doubling for small
  * all_reduces and the ring for large ones, the crossover moving with
@@ -439,6 +481,39 @@ static void test_link_model(void **state) {
   f.bytes = 64;
   assert_int_equal(gang__algo_select(NULL, ALGO_ALL_GATHER, ALGO_PATH_TCP, &f),
                    ALGO_TCP_RING);
+  /* Broadcast: the binomial tree's lg p (alpha + n beta) below, the
+   * scatter-allgather's (lg p + p - 1) alpha + 2 (p-1)/p n beta above;
+   * between two ranks the tree's one message always. */
+  f.size = 8;
+  f.bytes = 16 * 1024;
+  assert_int_equal(gang__algo_select(NULL, ALGO_BROADCAST, ALGO_PATH_TCP, &f),
+                   ALGO_TCP_BINOMIAL);
+  f.bytes = (size_t)1 << 20;
+  assert_int_equal(gang__algo_select(NULL, ALGO_BROADCAST, ALGO_PATH_TCP, &f),
+                   ALGO_TCP_SAG);
+  assert_true(gang__algo_cost(ALGO_BROADCAST, ALGO_TCP_SAG, &f) ==
+              10 * 1e4 + 1.75 * (double)f.bytes);
+  f.size = 2;
+  assert_int_equal(gang__algo_select(NULL, ALGO_BROADCAST, ALGO_PATH_TCP, &f),
+                   ALGO_TCP_BINOMIAL);
+  /* reduce_scatter: at a power of two recursive halving moves the ring's
+   * bytes in lg p steps; at 6 ranks its fold (the whole input, and the
+   * block back) costs more than the ring's two extra steps but for tiny
+   * blocks. */
+  f.size = 8;
+  f.bytes = (size_t)1 << 20;
+  assert_int_equal(
+      gang__algo_select(NULL, ALGO_REDUCE_SCATTER, ALGO_PATH_TCP, &f),
+      ALGO_TCP_HALVING);
+  f.size = 6;
+  assert_int_equal(
+      gang__algo_select(NULL, ALGO_REDUCE_SCATTER, ALGO_PATH_TCP, &f),
+      ALGO_TCP_RING);
+  f.bytes = 64;
+  assert_int_equal(
+      gang__algo_select(NULL, ALGO_REDUCE_SCATTER, ALGO_PATH_TCP, &f),
+      ALGO_TCP_HALVING);
+  f.size = 2;
   /* Two ranks' all_reduce stays one exchange whatever the model says. */
   f.bytes = (size_t)64 << 20;
   assert_int_equal(gang__algo_select(NULL, ALGO_ALL_REDUCE, ALGO_PATH_TCP, &f),
@@ -568,6 +643,8 @@ int main(void) {
       GT_TEST(test_every_algorithm),
       GT_TEST(test_bruck_sizes),
       GT_TEST(test_halving_doubling_sizes),
+      GT_TEST(test_scatter_allgather_sizes),
+      GT_TEST(test_recursive_halving_sizes),
       GT_TEST(test_link_model),
       GT_TEST(test_rank_zero_model_holds),
       GT_TEST(test_gather_scatter_over_hosts),
