@@ -31,6 +31,10 @@
 /* The cheapest, by the link model, of the collective's rules on the path
  * that carry this flag and can run (ties: the first). */
 #define WHEN_CHEAPEST 256u
+/* Never chosen by the table, only forced (GANG_ALGO): an algorithm that
+ * measured slower here than the one the table takes (docs/algorithms.md),
+ * kept for the networks its cost formula favours it on. */
+#define ONLY_FORCED 512u
 
 #define ANY SIZE_MAX
 #define KIB ((size_t)1024)
@@ -114,13 +118,13 @@ static const algo_rule rules[] = {
     {ALGO_ALL_REDUCE, ALGO_PATH_TCP, ALGO_TCP_HD, ANY, 0, ANY,
      NEED_COUNT | WHEN_CHEAPEST},
     {ALGO_ALL_REDUCE, ALGO_PATH_TCP, ALGO_TCP_RD, ANY, 0, ANY, 0},
-    /* The binomial tree's lg p full copies, or for large buffers the
-     * scatter-allgather's two, by the link model. */
-    {ALGO_BROADCAST, ALGO_PATH_TCP, ALGO_TCP_BINOMIAL, ANY, 0, ANY,
-     WHEN_CHEAPEST},
-    {ALGO_BROADCAST, ALGO_PATH_TCP, ALGO_TCP_SAG, ANY, 0, ANY,
-     NEED_COUNT | WHEN_CHEAPEST},
+    /* The binomial tree; scatter-allgather's two copies per link for
+     * large buffers, which its formula prefers from 59-164 KiB, measured
+     * 3-8x slower to 256 KiB and no faster to 16 MiB at 4 and 8 ranks of
+     * this machine (docs/algorithms.md): forced only. */
     {ALGO_BROADCAST, ALGO_PATH_TCP, ALGO_TCP_BINOMIAL, ANY, 0, ANY, 0},
+    {ALGO_BROADCAST, ALGO_PATH_TCP, ALGO_TCP_SAG, ANY, 0, ANY,
+     NEED_COUNT | ONLY_FORCED},
     /* Bruck's lg p steps for small blocks, the ring's p - 1 (each a
      * block, no copy after) for large, by the link model. */
     {ALGO_ALL_GATHER, ALGO_PATH_TCP, ALGO_TCP_BRUCK, ANY, 0, ANY,
@@ -238,7 +242,8 @@ static bool cheapest(const algo_rule *r, const algo_facts *f);
 
 static bool preferred(const algo_rule *r, const algo_facts *f) {
   unsigned fl = r->flags;
-  return f->bytes >= r->min_bytes && f->bytes <= r->max_bytes &&
+  return !(fl & ONLY_FORCED) && f->bytes >= r->min_bytes &&
+         f->bytes <= r->max_bytes &&
          (!(fl & WHEN_CHEAPEST) || cheapest(r, f)) &&
          (!(fl & WHEN_ROOMY) || !f->oversubscribed || f->cma_forced) &&
          (!(fl & WHEN_NOT_OVER) || !f->oversubscribed) &&
@@ -398,6 +403,8 @@ static void rule_text(const algo_rule *r, char *buf, size_t cap) {
     ADD("a CPU per member");
   if (fl & WHEN_CHEAPEST)
     ADD("the cheapest by the link model");
+  if (fl & ONLY_FORCED)
+    ADD("only when forced (GANG_ALGO)");
 #undef ADD
   if (n == 0)
     snprintf(buf, cap, "otherwise");
@@ -468,7 +475,6 @@ void gang__algo_model_print(FILE *f, double alpha_ns, double beta_ns) {
     algo_id small, large;
   } pairs[] = {{ALGO_ALL_REDUCE, ALGO_TCP_RD, ALGO_TCP_HD},
                {ALGO_ALL_REDUCE, ALGO_TCP_HD, ALGO_TCP_RING},
-               {ALGO_BROADCAST, ALGO_TCP_BINOMIAL, ALGO_TCP_SAG},
                {ALGO_REDUCE_SCATTER, ALGO_TCP_HALVING, ALGO_TCP_RING},
                {ALGO_ALL_GATHER, ALGO_TCP_BRUCK, ALGO_TCP_RING}};
   int sizes[] = {4, 8, 16, 64};

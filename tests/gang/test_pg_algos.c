@@ -481,19 +481,16 @@ static void test_link_model(void **state) {
   f.bytes = 64;
   assert_int_equal(gang__algo_select(NULL, ALGO_ALL_GATHER, ALGO_PATH_TCP, &f),
                    ALGO_TCP_RING);
-  /* Broadcast: the binomial tree's lg p (alpha + n beta) below, the
-   * scatter-allgather's (lg p + p - 1) alpha + 2 (p-1)/p n beta above;
-   * between two ranks the tree's one message always. */
+  /* Broadcast: scatter-allgather's formula, (lg p + p - 1) alpha + 2
+   * (p-1)/p n beta, beats the tree's lg p (alpha + n beta) at 1 MiB and 8
+   * members, but it measured slower here: the table takes the tree unless
+   * GANG_ALGO forces it. */
   f.size = 8;
-  f.bytes = 16 * 1024;
-  assert_int_equal(gang__algo_select(NULL, ALGO_BROADCAST, ALGO_PATH_TCP, &f),
-                   ALGO_TCP_BINOMIAL);
   f.bytes = (size_t)1 << 20;
-  assert_int_equal(gang__algo_select(NULL, ALGO_BROADCAST, ALGO_PATH_TCP, &f),
-                   ALGO_TCP_SAG);
   assert_true(gang__algo_cost(ALGO_BROADCAST, ALGO_TCP_SAG, &f) ==
               10 * 1e4 + 1.75 * (double)f.bytes);
-  f.size = 2;
+  assert_true(gang__algo_cost(ALGO_BROADCAST, ALGO_TCP_SAG, &f) <
+              gang__algo_cost(ALGO_BROADCAST, ALGO_TCP_BINOMIAL, &f));
   assert_int_equal(gang__algo_select(NULL, ALGO_BROADCAST, ALGO_PATH_TCP, &f),
                    ALGO_TCP_BINOMIAL);
   /* reduce_scatter: at a power of two recursive halving moves the ring's
