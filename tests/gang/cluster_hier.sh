@@ -12,8 +12,8 @@
 # KiB: the box's four ranks share two CPUs, so single runs scatter, and
 # from 64 KiB TCP between its namespaces is a memory copy like shared
 # memory's, so the two paths do the same work and their medians have been
-# seen 1.6-2.7x apart either way (broadcast at 128 KiB, and reduce_scatter
-# at 1 MiB with the same ring on both sides). The regression this guards
+# seen 1.6-2.7x apart either way (reduce_scatter at 1 MiB, with flat TCP
+# on both sides). The regression this guards
 # against (a rank spinning on the CPU its host's leader or the other host
 # needs) cost 6-10x below 64 KiB.
 #
