@@ -27,6 +27,7 @@
 #include "core/log.h"
 #include "core/sock.h"
 #include "lh_impl.h"
+#include "lh_page.h" /* lh_page_js: generated from lh_page.js */
 
 #define REQ_MAX 4096
 #define PHASE_MS 1000 /* to send the request; then to take the reply */
@@ -46,6 +47,17 @@ void gang__lh_status_fini(gang__lh_status *s) {
   free(s->reps);
   pthread_mutex_destroy(&s->mu);
   memset(s, 0, sizeof *s);
+}
+
+void gang__lh_status_add_event(gang__lh_status *s, int64_t wall_ms,
+                               const char *kind, const char *fmt, ...) {
+  gang__lh_status_event *e = &s->events[s->nevents++ % GANG__LH_EVENTS];
+  e->wall_ms = wall_ms;
+  snprintf(e->kind, sizeof e->kind, "%s", kind);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(e->text, sizeof e->text, fmt, ap);
+  va_end(ap);
 }
 
 /* A growing text buffer; `fail` sticks once memory runs out. */
@@ -122,6 +134,11 @@ static int64_t age_of(const gang__lh_status_rep *r, int64_t now_ms) {
   return r->last_beat_ms == INT64_MIN ? -1 : now_ms - r->last_beat_ms;
 }
 
+/* Late: past half the heartbeat timeout, not yet dead. */
+static bool late(const gang__lh_status *s, int64_t age) {
+  return age >= s->heartbeat_timeout_ms / 2 && age < s->heartbeat_timeout_ms;
+}
+
 char *gang__lh_status_json(const gang__lh_status *s, int64_t now_ms,
                            size_t *len) {
   sbuf b = {0};
@@ -148,9 +165,12 @@ char *gang__lh_status_json(const gang__lh_status *s, int64_t now_ms,
       sb_printf(&b, ", \"heartbeat_age_ms\": %" PRId64, age);
     else
       sb_printf(&b, ", \"heartbeat_age_ms\": null");
-    sb_printf(&b, ", \"healthy\": %s, \"joined\": %s, \"in_quorum\": %s}",
+    sb_printf(&b,
+              ", \"healthy\": %s, \"late\": %s, \"joined\": %s, "
+              "\"in_quorum\": %s}",
               age >= 0 && age < s->heartbeat_timeout_ms ? "true" : "false",
-              r->joined ? "true" : "false", r->in_quorum ? "true" : "false");
+              late(s, age) ? "true" : "false", r->joined ? "true" : "false",
+              r->in_quorum ? "true" : "false");
   }
   sb_printf(&b, "],\n \"quorums\": [");
   for (int i = 0; i < s->nhist; i++) {
@@ -167,17 +187,59 @@ char *gang__lh_status_json(const gang__lh_status *s, int64_t now_ms,
     }
     sb_printf(&b, "]}");
   }
-  sb_printf(&b, "]}\n");
+  sb_printf(&b, "],\n \"events\": [");
+  int64_t first =
+      s->nevents > GANG__LH_EVENTS ? s->nevents - GANG__LH_EVENTS : 0;
+  for (int64_t k = s->nevents - 1; k >= first; k--) {
+    const gang__lh_status_event *e = &s->events[k % GANG__LH_EVENTS];
+    char when[40];
+    iso_time(e->wall_ms, when, sizeof when);
+    sb_printf(&b,
+              "%s\n  {\"seq\": %" PRId64 ", \"time\": \"%s\", \"time_ms\": "
+              "%" PRId64 ", \"kind\": ",
+              k == s->nevents - 1 ? "" : ",", k, when, e->wall_ms);
+    sb_text(&b, e->kind, false);
+    sb_printf(&b, ", \"text\": ");
+    sb_text(&b, e->text, false);
+    sb_printf(&b, "}");
+  }
+  sb_printf(&b, "],\n \"samples\": [");
+  first = s->nsamples > GANG__LH_SAMPLES ? s->nsamples - GANG__LH_SAMPLES : 0;
+  for (int64_t k = first; k < s->nsamples; k++) {
+    const gang__lh_status_sample *p = &s->samples[k % GANG__LH_SAMPLES];
+    sb_printf(&b, "%s[%" PRId64 ", %" PRId64 ", %d]", k == first ? "" : ", ",
+              p->wall_ms, p->step, p->members);
+  }
+  sb_printf(&b, "],\n \"now_ms\": %" PRId64 ", \"allow_kill\": %s}\n",
+            gang__lh_wall_ms(), s->allow_kill ? "true" : "false");
   return sb_done(&b, len);
 }
 
 char *gang__lh_status_html(const gang__lh_status *s, int64_t now_ms,
                            size_t *len) {
   sbuf b = {0};
+  /* The live page: lh_page.js fills these from /status every second. */
+  sb_printf(
+      &b,
+      "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">"
+      "<title>gang lighthouse</title><style>"
+      "body{font-family:sans-serif;margin:1em 2em;color:#222}"
+      "td,th{padding:2px 10px;text-align:left}"
+      "tr.late td{background:#fff3cd}tr.dead td{background:#f8d7da}"
+      "li .t{color:#666;font-family:monospace}"
+      ".ev-quorum{color:#0b5394}.ev-lost,.ev-notice,.ev-kill{color:#b00020}"
+      ".ev-heal{color:#7a4f00}.ev-back,.ev-new{color:#1e7b34}"
+      ".stale{color:#b00020}</style></head><body>\n"
+      "<h1>gang lighthouse <span id=\"inc\">%016" PRIx64 "</span></h1>\n"
+      "<div id=\"live\" hidden><p id=\"head\"></p><p id=\"waiting\"></p>\n"
+      "<h2>Replicas</h2><table id=\"replicas\"></table><p id=\"note\"></p>\n"
+      "<h2>Committed step and members</h2><div id=\"chart\"></div>\n"
+      "<h2>Events</h2><ul id=\"events\"></ul>\n"
+      "<h2>Quorum changes</h2><table id=\"quorums\"></table>\n"
+      "<p id=\"updated\"></p></div>\n<noscript>\n",
+      s->incarnation);
+  /* Without a script: the same, once. */
   sb_printf(&b,
-            "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">"
-            "<title>gang lighthouse</title><style>body{font-family:sans-serif}"
-            "td,th{padding:2px 10px;text-align:left}</style></head><body>\n"
             "<h1>gang lighthouse %016" PRIx64 "</h1>\n<p>quorum %" PRId64
             ", round %" PRId64 ", min_replicas %d, join timeout %" PRId64
             " ms, heartbeat timeout %" PRId64 " ms, tick %" PRId64
@@ -199,13 +261,15 @@ char *gang__lh_status_html(const gang__lh_status *s, int64_t now_ms,
       sb_printf(&b, "</td><td>-</td><td>-");
     if (age >= 0)
       sb_printf(&b, "</td><td>%" PRId64 " ms%s", age,
-                age < s->heartbeat_timeout_ms ? "" : " (dead)");
+                age >= s->heartbeat_timeout_ms ? " (dead)"
+                : late(s, age)                 ? " (late)"
+                                               : "");
     else
       sb_printf(&b, "</td><td>never");
     sb_printf(&b, "</td><td>%s</td><td>%s</td></tr>\n",
               r->joined ? "yes" : "no", r->in_quorum ? "yes" : "no");
   }
-  sb_printf(&b, "</table>\n<h2>Last quorums</h2>\n<table><tr><th>id</th>"
+  sb_printf(&b, "</table>\n<h2>Quorum changes</h2>\n<table><tr><th>id</th>"
                 "<th>round</th><th>time (UTC)</th><th>members</th></tr>\n");
   for (int i = 0; i < s->nhist; i++) {
     const gang__lh_status_quorum *q = &s->hist[i];
@@ -219,7 +283,9 @@ char *gang__lh_status_html(const gang__lh_status *s, int64_t now_ms,
     }
     sb_printf(&b, "</td></tr>\n");
   }
-  sb_printf(&b, "</table>\n</body></html>\n");
+  sb_printf(&b,
+            "</table>\n</noscript>\n<script>\n%s</script>\n</body></html>\n",
+            lh_page_js);
   return sb_done(&b, len);
 }
 

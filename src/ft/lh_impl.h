@@ -52,7 +52,9 @@ int64_t gang__lh_now_ms(void);
 
 /* ---- Status (quorum thread -> HTTP thread) ------------------------------ */
 
-#define GANG__LH_HISTORY 10 /* quorums the status page shows */
+#define GANG__LH_HISTORY 10  /* quorum changes the status page shows */
+#define GANG__LH_EVENTS 64   /* events it keeps, newest first */
+#define GANG__LH_SAMPLES 600 /* chart points: 10 min at one a second */
 
 typedef struct gang__lh_status_rep {
   char id[GANG_LH_ID_MAX];
@@ -62,6 +64,7 @@ typedef struct gang__lh_status_rep {
   int64_t last_beat_ms; /* monotonic; INT64_MIN: never */
   bool joined;          /* joined the current round */
   bool in_quorum;       /* member of the last quorum */
+  bool healthy;         /* heartbeat within the timeout at the publish */
 } gang__lh_status_rep;
 
 typedef struct gang__lh_status_quorum {
@@ -70,6 +73,23 @@ typedef struct gang__lh_status_quorum {
   int n;
   char (*ids)[GANG_LH_ID_MAX]; /* malloc'd */
 } gang__lh_status_quorum;
+
+/* What an operator wants to see happen: a quorum change (members in and
+ * out), a replica lost (its heartbeat expired) or back, a failure notice,
+ * a member that heals (behind the quorum's step), a replica killed from
+ * the page. */
+typedef struct gang__lh_status_event {
+  int64_t wall_ms; /* Unix time */
+  char kind[12];   /* quorum, lost, back, notice, heal, new, kill */
+  char text[240];
+} gang__lh_status_event;
+
+/* One point of the chart: the last quorum's step (its members' highest)
+ * and its size. */
+typedef struct gang__lh_status_sample {
+  int64_t wall_ms, step;
+  int members;
+} gang__lh_status_sample;
 
 typedef struct gang__lh_status {
   pthread_mutex_t mu;
@@ -83,7 +103,21 @@ typedef struct gang__lh_status {
   int nreps, cap;
   gang__lh_status_quorum hist[GANG__LH_HISTORY]; /* [0] is the newest */
   int nhist;
+  /* Rings: entry k of all time at [k % size]; n counts all time. */
+  gang__lh_status_event events[GANG__LH_EVENTS];
+  int64_t nevents;
+  gang__lh_status_sample samples[GANG__LH_SAMPLES];
+  int64_t nsamples;
+  bool allow_kill; /* the page may kill a replica (drills) */
 } gang__lh_status;
+
+/* Adds an event (the caller holds s->mu). */
+void gang__lh_status_add_event(gang__lh_status *s, int64_t wall_ms,
+                               const char *kind, const char *fmt, ...)
+    GANG_PRINTF(4, 5);
+
+/* Unix time in ms (the page's clock; heartbeats use gang__lh_now_ms). */
+int64_t gang__lh_wall_ms(void);
 
 void gang__lh_status_init(gang__lh_status *s);
 void gang__lh_status_fini(gang__lh_status *s);

@@ -280,6 +280,15 @@ static gang_status send_notices(gang_lighthouse *L, int64_t now) {
                 "heartbeaten for %" PRId64 " ms: failure notice %" PRId64,
                 id, L->prev.quorum_id, now - L->reps[i].last_beat_ms,
                 L->notices);
+    pthread_mutex_lock(&L->status.mu);
+    gang__lh_status_add_event(
+        &L->status, gang__lh_wall_ms(), "notice",
+        "failure notice %" PRId64 ": %s of quorum %" PRId64 " %s", L->notices,
+        id, L->prev.quorum_id,
+        L->ext[i].beats < 0                    ? "left"
+        : L->reps[i].last_beat_ms == INT64_MIN ? "reported lost by a peer"
+                                               : "stopped heartbeating");
+    pthread_mutex_unlock(&L->status.mu);
     L->notices++;
     L->ext[i].noticed = true;
   }
@@ -364,23 +373,63 @@ static gang_status read_joins(gang_lighthouse *L, int64_t now) {
 /* ---- Quorums --------------------------------------------------------------
  */
 
-static void history_push(gang_lighthouse *L, const gang__lh_quorum *q) {
+static bool in_quorum(const gang__lh_quorum *q, const char *id) {
+  for (int i = 0; q != NULL && i < q->n; i++)
+    if (strcmp(q->members[i].replica_id, id) == 0)
+      return true;
+  return false;
+}
+
+/* Appends ", id" for each member of `a` not in `b`, as far as cap lets. */
+static size_t members_not_in(const gang__lh_quorum *a, const gang__lh_quorum *b,
+                             char sign, char *buf, size_t off, size_t cap) {
+  for (int i = 0; i < a->n && off + 8 < cap; i++)
+    if (!in_quorum(b, a->members[i].replica_id))
+      off += (size_t)snprintf(buf + off, cap - off, " %c%s", sign,
+                              a->members[i].replica_id);
+  return off < cap ? off : cap - 1;
+}
+
+/* A quorum of a new id: the status page's list of quorum changes and its
+ * events (who came in, who went out, who heals to the quorum's step). A
+ * round that keeps the quorum (one per step) changes nothing there. */
+static void history_push(gang_lighthouse *L, const gang__lh_quorum *q,
+                         const gang__lh_quorum *prev) {
   gang__lh_status *s = &L->status;
+  if (prev != NULL && prev->quorum_id == q->quorum_id)
+    return;
   char(*ids)[GANG_LH_ID_MAX] = malloc((size_t)q->n * sizeof *ids);
   if (ids == NULL)
     return;
-  for (int i = 0; i < q->n; i++)
+  int64_t top = 0;
+  for (int i = 0; i < q->n; i++) {
     memcpy(ids[i], q->members[i].replica_id, GANG_LH_ID_MAX);
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
+    if (q->members[i].step > top)
+      top = q->members[i].step;
+  }
+  int64_t wall = gang__lh_wall_ms();
+  char diff[200] = "";
+  size_t o = 0;
+  if (prev != NULL) {
+    o = members_not_in(q, prev, '+', diff, o, sizeof diff);
+    o = members_not_in(prev, q, '-', diff, o, sizeof diff);
+  }
   pthread_mutex_lock(&s->mu);
   if (s->nhist == GANG__LH_HISTORY)
     free(s->hist[--s->nhist].ids);
   memmove(&s->hist[1], &s->hist[0], (size_t)s->nhist * sizeof s->hist[0]);
-  s->hist[0] = (gang__lh_status_quorum){
-      q->quorum_id, q->round, (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000,
-      q->n, ids};
+  s->hist[0] =
+      (gang__lh_status_quorum){q->quorum_id, q->round, wall, q->n, ids};
   s->nhist++;
+  gang__lh_status_add_event(
+      s, wall, "quorum",
+      "quorum %" PRId64 ": %d member%s at step %" PRId64 "%s%s", q->quorum_id,
+      q->n, q->n == 1 ? "" : "s", top, o ? ":" : "", diff);
+  for (int i = 0; i < q->n; i++)
+    if (q->members[i].step < top)
+      gang__lh_status_add_event(
+          s, wall, "heal", "%s heals from a peer: step %" PRId64 " to %" PRId64,
+          q->members[i].replica_id, q->members[i].step, top);
   pthread_mutex_unlock(&s->mu);
 }
 
@@ -436,7 +485,7 @@ static gang_status publish(gang_lighthouse *L, gang__lh_member *members,
              (long long)(L->round - GANG__LH_GC_ROUNDS));
     s = gang_store_delete(L->st, key, NULL);
   }
-  history_push(L, &q);
+  history_push(L, &q, prev);
   gang__lh_quorum_fini(&L->prev);
   L->prev = q;
   L->quorum_id = q.quorum_id;
@@ -458,9 +507,65 @@ static gang_status decide(gang_lighthouse *L, int64_t now) {
   return publish(L, members, n);
 }
 
+/* The page's view of replica `id` before this publish, or NULL. */
+static const gang__lh_status_rep *shown(const gang__lh_status *s,
+                                        const char *id) {
+  for (int i = 0; i < s->nreps; i++)
+    if (strcmp(s->reps[i].id, id) == 0)
+      return &s->reps[i];
+  return NULL;
+}
+
+/* Events for what changed since the last publish: a replica seen for the
+ * first time, lost (heartbeat expired) or back. */
+static void replica_events(gang_lighthouse *L, int64_t now, int64_t wall) {
+  gang__lh_status *s = &L->status;
+  int64_t to = L->cfg.heartbeat_timeout_ms;
+  for (int i = 0; i < L->nreps; i++) {
+    const gang__lh_replica *r = &L->reps[i];
+    const gang__lh_status_rep *o = shown(s, r->member.replica_id);
+    bool was = o != NULL && o->healthy, is = healthy(L, i, now);
+    if (o == NULL && r->last_beat_ms != INT64_MIN)
+      gang__lh_status_add_event(s, wall, "new", "%s is heartbeating",
+                                r->member.replica_id);
+    else if (o != NULL && was && !is)
+      gang__lh_status_add_event(
+          s, wall, "lost", "%s lost: no heartbeat for %" PRId64 " ms",
+          r->member.replica_id,
+          r->last_beat_ms == INT64_MIN ? to : now - r->last_beat_ms);
+    else if (o != NULL && !was && is && o->last_beat_ms != INT64_MIN)
+      gang__lh_status_add_event(s, wall, "back", "%s is heartbeating again",
+                                r->member.replica_id);
+  }
+}
+
+/* A chart point when the quorum's step or size changed, or a second after
+ * the last one. */
+static void sample(gang_lighthouse *L, int64_t wall) {
+  gang__lh_status *s = &L->status;
+  if (L->prev.n == 0)
+    return;
+  int64_t step = 0;
+  for (int i = 0; i < L->prev.n; i++)
+    if (L->prev.members[i].step > step)
+      step = L->prev.members[i].step;
+  if (s->nsamples > 0) {
+    const gang__lh_status_sample *last =
+        &s->samples[(s->nsamples - 1) % GANG__LH_SAMPLES];
+    if (last->step == step && last->members == L->prev.n &&
+        wall - last->wall_ms < 1000)
+      return;
+  }
+  s->samples[s->nsamples++ % GANG__LH_SAMPLES] =
+      (gang__lh_status_sample){wall, step, L->prev.n};
+}
+
 void gang__lh_publish_status(gang_lighthouse *L) {
   gang__lh_status *s = &L->status;
+  int64_t now = gang__lh_now_ms(), wall = gang__lh_wall_ms();
   pthread_mutex_lock(&s->mu);
+  replica_events(L, now, wall);
+  sample(L, wall);
   if (s->cap < L->nreps) {
     void *p = realloc(s->reps, (size_t)L->nreps * sizeof *s->reps);
     if (p == NULL) {
@@ -480,6 +585,7 @@ void gang__lh_publish_status(gang_lighthouse *L) {
     o->last_beat_ms = r->last_beat_ms;
     o->joined = r->joined;
     o->in_quorum = in_prev(L, r->member.replica_id);
+    o->healthy = healthy(L, i, now);
   }
   s->nreps = L->nreps;
   s->quorum_id = L->quorum_id;

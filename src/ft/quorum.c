@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/clock.h"
 #include "core/error.h"
@@ -34,6 +35,12 @@ bool gang__lh_id_valid(const char *text, size_t len) {
 }
 
 int64_t gang__lh_now_ms(void) { return gang__now_ns() / 1000000; }
+
+int64_t gang__lh_wall_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 void gang__lh_quorum_fini(gang__lh_quorum *q) {
   if (q == NULL)

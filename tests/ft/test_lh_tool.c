@@ -10,6 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -136,6 +139,183 @@ static void test_serve(void **state) {
   stop(&t, SIGINT);
 }
 
+/* ---- The page an operator keeps open ------------------------------------ */
+
+/* A replica that joins once at `step` and heartbeats every 100 ms until
+ * told to stop (it "dies": its heartbeat stops, nothing says goodbye). */
+typedef struct page_rep {
+  const char *addr, *id;
+  int64_t step;
+  pthread_t th;
+  atomic_bool stop;
+  gang__lh_client *c;
+} page_rep;
+
+static void *page_beat(void *arg) {
+  page_rep *r = arg;
+  while (!atomic_load(&r->stop)) {
+    (void)gang__lh_heartbeat(r->c, r->id);
+    gt_nap_ms(100);
+  }
+  return NULL;
+}
+
+static void *page_join(void *arg) {
+  page_rep *r = arg;
+  gang__lh_member me = {"", r->step, 1, false, 0, 0, 0};
+  snprintf(me.replica_id, sizeof me.replica_id, "%s", r->id);
+  gang__lh_quorum q;
+  if (gang__lh_join(r->c, &me, 20000, &q) == GANG_OK)
+    gang__lh_quorum_fini(&q);
+  return NULL;
+}
+
+/* Three replicas form a quorum (one behind, so it heals); one of them
+ * dies; the other two form the next. Then the page's JSON, read with a
+ * real HTTP client, has the events (quorum, heal, lost, notice, quorum
+ * again), the chart's samples and the dead replica marked; and headless
+ * Chromium, given the page, runs its script and draws them: rows marked
+ * dead, the events list, the chart's lines (and a screenshot). Skipped
+ * where Chromium is not installed. */
+static void test_page(void **state) {
+  (void)state;
+  running t;
+  start(&t, (char *[]){"--min-replicas", "2", NULL});
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", t.port);
+  page_rep reps[3] = {{.id = "alpha:1", .step = 10},
+                      {.id = "bravo:1", .step = 10},
+                      {.id = "charlie:1", .step = 7}};
+  for (int i = 0; i < 3; i++) {
+    reps[i].addr = addr;
+    atomic_init(&reps[i].stop, false);
+    assert_gang_ok(gang__lh_connect(addr, 10000, &reps[i].c));
+  }
+  pthread_t j[3];
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(pthread_create(&j[i], NULL, page_join, &reps[i]), 0);
+  for (int i = 0; i < 3; i++)
+    pthread_join(j[i], NULL);
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(pthread_create(&reps[i].th, NULL, page_beat, &reps[i]), 0);
+  /* charlie dies; past the 1 s heartbeat timeout the others go on. */
+  atomic_store(&reps[2].stop, true);
+  pthread_join(reps[2].th, NULL);
+  gt_nap_ms(1500);
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(pthread_create(&j[i], NULL, page_join, &reps[i]), 0);
+  for (int i = 0; i < 2; i++)
+    pthread_join(j[i], NULL);
+  gt_nap_ms(300);
+
+  char base[64], *out = NULL;
+  snprintf(base, sizeof base, "http://127.0.0.1:%d", t.http_port);
+  char *py[] = {
+      "/usr/bin/python3", "-c",
+      "import json, sys, urllib.request\n"
+      "d = json.load(urllib.request.urlopen(sys.argv[1] + '/status', "
+      "timeout=10))\n"
+      "kinds = [e['kind'] for e in d['events']]\n"
+      "texts = ' | '.join(e['text'] for e in d['events'])\n"
+      "for k in ('new', 'quorum', 'heal', 'lost', 'notice'):\n"
+      "    assert k in kinds, (k, kinds)\n"
+      "assert 'charlie:1 heals from a peer: step 7 to 10' in texts, texts\n"
+      "assert 'quorum 2: 2 members at step 10: -charlie:1' in texts, texts\n"
+      "seqs = [e['seq'] for e in d['events']]\n"
+      "assert seqs == sorted(seqs, reverse=True), seqs\n"
+      "assert [q['quorum_id'] for q in d['quorums']] == [2, 1], d['quorums']\n"
+      "assert d['samples'] and d['samples'][-1][2] == 2, d['samples']\n"
+      "assert d['samples'][0][1] == 10, d['samples']\n"
+      "c = [r for r in d['replicas'] if r['replica_id'] == 'charlie:1'][0]\n"
+      "assert not c['healthy'] and not c['late'], c\n"
+      "assert d['allow_kill'] is False and d['now_ms'] > 0\n"
+      "print('json ok:', len(kinds), 'events,', len(d['samples']), "
+      "'samples')\n",
+      base, NULL};
+  int st = gt_run_cmd(py, NULL, &out, 30000);
+  if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+    fail_msg("status JSON: %d:\n%s", st, out);
+  free(out);
+  out = NULL;
+
+  const char *chromium =
+      access("/usr/bin/chromium", X_OK) == 0 ? "/usr/bin/chromium" : NULL;
+  if (chromium == NULL) {
+    printf("SKIPPED: the page in a browser (no /usr/bin/chromium; Debian's "
+           "package chromium)\n");
+  } else {
+    char url[80], shot[96], prof[96];
+    snprintf(url, sizeof url, "%s/", base);
+    snprintf(shot, sizeof shot, "/tmp/gang-lh-page-%d.png", (int)getpid());
+    snprintf(prof, sizeof prof, "--user-data-dir=/tmp/gang-lh-chromium-%d",
+             (int)getpid());
+    char shotarg[128];
+    snprintf(shotarg, sizeof shotarg, "--screenshot=%s", shot);
+    /* --virtual-time-budget lets the page's fetches and timers run before
+     * the DOM is taken. */
+    char *dom[] = {(char *)chromium,
+                   "--headless",
+                   "--no-sandbox",
+                   "--disable-gpu",
+                   "--no-first-run",
+                   prof,
+                   "--virtual-time-budget=3000",
+                   "--dump-dom",
+                   url,
+                   NULL};
+    st = gt_run_cmd(dom, NULL, &out, 60000);
+    if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+      fail_msg("chromium --dump-dom: %d:\n%s", st, out);
+    const char *want[] = {"<tr class=\"dead\"><td>charlie:1</td>",
+                          "<tr class=\"ok\"><td>alpha:1</td>",
+                          "class=\"ev-lost\"",
+                          "class=\"ev-heal\"",
+                          "class=\"ev-notice\"",
+                          "<polyline id=\"steps\"",
+                          "<polyline id=\"members\"",
+                          "id=\"live\">",
+                          "updated 20"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+      if (strstr(out, want[i]) == NULL)
+        fail_msg("the page in Chromium has no '%s':\n%s", want[i], out);
+    free(out);
+    out = NULL;
+    char *png[] = {(char *)chromium,
+                   "--headless",
+                   "--no-sandbox",
+                   "--disable-gpu",
+                   "--no-first-run",
+                   prof,
+                   "--hide-scrollbars",
+                   "--window-size=900,1400",
+                   "--virtual-time-budget=3000",
+                   shotarg,
+                   url,
+                   NULL};
+    st = gt_run_cmd(png, NULL, &out, 60000);
+    struct stat sb;
+    if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0 ||
+        stat(shot, &sb) != 0 || sb.st_size < 10000)
+      fail_msg("chromium --screenshot: %d:\n%s", st, out);
+    printf("the page in Chromium: %s (%lld bytes)\n", shot,
+           (long long)sb.st_size);
+    if (getenv("GANG_TEST_KEEP") == NULL)
+      unlink(shot);
+    char rm[200];
+    snprintf(rm, sizeof rm, "rm -rf /tmp/gang-lh-chromium-%d", (int)getpid());
+    if (system(rm) != 0)
+      printf("could not remove the browser profile\n");
+    free(out);
+  }
+  atomic_store(&reps[0].stop, true);
+  atomic_store(&reps[1].stop, true);
+  for (int i = 0; i < 2; i++)
+    pthread_join(reps[i].th, NULL);
+  for (int i = 0; i < 3; i++)
+    gang__lh_close(reps[i].c);
+  stop(&t, SIGTERM);
+}
+
 /* Runs the tool with args (NULL-terminated); checks exit code and that
  * the output contains `want`. */
 static void expect(int code, const char *want, ...) {
@@ -178,6 +358,7 @@ int main(void) {
   tool = gt_tool_path("gang-lighthouse");
   const struct CMUnitTest tests[] = {
       GT_TEST(test_serve),
+      GT_TEST(test_page),
       GT_TEST(test_bad_flags),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
