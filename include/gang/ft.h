@@ -116,12 +116,14 @@ typedef struct gang_lighthouse_options {
   int http_port;                /* 0: any free port; -1: no status page */
   const char *secret;           /* HMAC secret of the store it speaks through
                                    (NULL: GANG_STORE_SECRET) */
+  bool allow_kill; /* the status page may kill a replica group (POST
+                      /kill?replica=ID), for drills (false) */
 } gang_lighthouse_options;
 
 #define GANG_LIGHTHOUSE_OPTIONS_INIT                                           \
   {                                                                            \
     sizeof(gang_lighthouse_options), NULL, 0, 1, 60000, 100, 5000, NULL, 0,    \
-        NULL                                                                   \
+        NULL, false                                                            \
   }
 
 /* Starts a lighthouse in this process (threads of its own): a store server

@@ -295,7 +295,7 @@ gang_status gang__lh_join(gang__lh_client *c, const gang__lh_member *me,
 }
 
 gang_status gang__lh_next_notice(gang__lh_client *c, int64_t *cursor, char *id,
-                                 size_t cap, int64_t timeout_ms) {
+                                 size_t cap, int64_t timeout_ms, bool *kill) {
   GANG_ARG_CHECK(c != NULL && cursor != NULL && id != NULL && cap > 0,
                  "gang__lh_next_notice", "client, cursor or id is NULL");
   GANG_ARG_CHECK(*cursor >= 0, "gang__lh_next_notice",
@@ -325,6 +325,14 @@ gang_status gang__lh_next_notice(gang__lh_client *c, int64_t *cursor, char *id,
   /* A malformed notice is passed over, so that the next call reads the
    * one after it rather than this one forever. */
   (*cursor)++;
+  const size_t kp = sizeof GANG__LH_KILL - 1;
+  bool killing = kill != NULL && n > kp && memcmp(v, GANG__LH_KILL, kp) == 0;
+  if (kill != NULL)
+    *kill = killing;
+  if (killing) {
+    memmove(v, (char *)v + kp, n - kp);
+    n -= kp;
+  }
   if (!gang__lh_id_valid(v, n)) {
     gang_store_free(v);
     return gang__error(GANG_PROTOCOL,

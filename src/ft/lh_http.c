@@ -327,6 +327,71 @@ static char *reply(int code, const char *reason, const char *type,
   return sb_done(&b, len);
 }
 
+/* The value of `name` in a query string, %XX and + decoded, into out;
+ * false when absent or malformed. */
+static bool query_value(const char *query, const char *name, char *out,
+                        size_t cap) {
+  size_t nl = strlen(name);
+  for (const char *p = query; p != NULL && *p; p = strchr(p, '&'), p += !!p) {
+    if (strncmp(p, name, nl) != 0 || p[nl] != '=')
+      continue;
+    size_t o = 0;
+    for (const char *v = p + nl + 1; *v && *v != '&'; v++) {
+      unsigned x;
+      char ch = *v;
+      if (ch == '+')
+        ch = ' ';
+      else if (ch == '%') {
+        if (sscanf(v + 1, "%2x", &x) != 1 || !v[1] || !v[2])
+          return false;
+        ch = (char)x;
+        v += 2;
+      }
+      if (o + 1 >= cap)
+        return false;
+      out[o++] = ch;
+    }
+    out[o] = '\0';
+    return true;
+  }
+  return false;
+}
+
+/* POST /kill?replica=ID: with allow_kill, the next tick sends replica ID a
+ * notice on which its processes kill themselves (a drill). */
+static void kill_replica(gang__lh_http *h, hconn *c, const char *query) {
+  char id[GANG_LH_ID_MAX], m[GANG_LH_ID_MAX + 160];
+  int code = 202;
+  const char *reason = "Accepted";
+  gang__lh_status *s = h->status;
+  pthread_mutex_lock(&s->mu);
+  bool known = false;
+  bool ok = query != NULL && query_value(query, "replica", id, sizeof id) &&
+            gang__lh_id_valid(id, strlen(id));
+  for (int i = 0; ok && i < s->nreps && !known; i++)
+    known = strcmp(s->reps[i].id, id) == 0;
+  if (!s->allow_kill) {
+    code = 403, reason = "Forbidden";
+    snprintf(m, sizeof m,
+             "killing from this page is off: start the "
+             "lighthouse with --allow-kill (allow_kill)\n");
+  } else if (!ok) {
+    code = 400, reason = "Bad Request";
+    snprintf(m, sizeof m, "POST /kill?replica=ID: no valid replica id\n");
+  } else if (!known) {
+    code = 404, reason = "Not Found";
+    snprintf(m, sizeof m, "no replica '%s' here\n", id);
+  } else if (s->nkills == (int)(sizeof s->kills / sizeof s->kills[0])) {
+    code = 503, reason = "Service Unavailable";
+    snprintf(m, sizeof m, "too many kills pending: try again\n");
+  } else {
+    snprintf(s->kills[s->nkills++], GANG_LH_ID_MAX, "%s", id);
+    snprintf(m, sizeof m, "replica %s: kill sent with the next tick\n", id);
+  }
+  pthread_mutex_unlock(&s->mu);
+  c->out = reply(code, reason, "text/plain", m, strlen(m), &c->outlen);
+}
+
 /* Builds the reply to the request in c->in (complete headers). */
 static void respond(gang__lh_http *h, hconn *c) {
   char method[8], path[256];
@@ -338,10 +403,15 @@ static void respond(gang__lh_http *h, hconn *c) {
   }
   char *q = strchr(path, '?');
   if (q != NULL)
-    *q = '\0';
+    *q++ = '\0';
+  if (strcmp(method, "POST") == 0 && strcmp(path, "/kill") == 0) {
+    kill_replica(h, c, q);
+    return;
+  }
   bool json = strcmp(path, "/status") == 0, html = strcmp(path, "/") == 0;
   if (strcmp(method, "GET") != 0 || (!json && !html)) {
-    const char *m = "not found: GET /status (JSON) or / (HTML)\n";
+    const char *m = "not found: GET /status (JSON), / (HTML) or POST "
+                    "/kill?replica=ID\n";
     c->out = reply(404, "Not Found", "text/plain", m, strlen(m), &c->outlen);
     return;
   }

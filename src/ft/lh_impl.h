@@ -109,6 +109,9 @@ typedef struct gang__lh_status {
   gang__lh_status_sample samples[GANG__LH_SAMPLES];
   int64_t nsamples;
   bool allow_kill; /* the page may kill a replica (drills) */
+  /* Kills asked for by the page, sent by the next tick (lh_tick.c). */
+  char kills[8][GANG_LH_ID_MAX];
+  int nkills;
 } gang__lh_status;
 
 /* Adds an event (the caller holds s->mu). */

@@ -295,6 +295,36 @@ static gang_status send_notices(gang_lighthouse *L, int64_t now) {
   return GANG_OK;
 }
 
+/* Kills asked for by the status page (a drill): a notice "!kill <id>",
+ * on which every process of that replica group kills itself (manager.c);
+ * the others pass it over and see the group go as any failure. */
+static gang_status send_kills(gang_lighthouse *L) {
+  gang__lh_status *s = &L->status;
+  char ids[8][GANG_LH_ID_MAX];
+  pthread_mutex_lock(&s->mu);
+  int n = s->nkills;
+  memcpy(ids, s->kills, sizeof ids);
+  s->nkills = 0;
+  pthread_mutex_unlock(&s->mu);
+  for (int k = 0; k < n; k++) {
+    char key[GANG__LH_KEY_CAP], val[GANG_LH_ID_MAX + 8];
+    snprintf(key, sizeof key, GANG__LH_KEY_NOTICE, (long long)L->notices);
+    int len = snprintf(val, sizeof val, GANG__LH_KILL "%s", ids[k]);
+    GANG_CHECK(gang_store_set(L->st, key, val, (size_t)len));
+    GANG_WARN(FT,
+              "lighthouse: replica '%s' killed from the status page: "
+              "notice %" PRId64,
+              ids[k], L->notices);
+    pthread_mutex_lock(&s->mu);
+    gang__lh_status_add_event(s, gang__lh_wall_ms(), "kill",
+                              "%s killed from this page (notice %" PRId64 ")",
+                              ids[k], L->notices);
+    pthread_mutex_unlock(&s->mu);
+    L->notices++;
+  }
+  return GANG_OK;
+}
+
 /* A join of the round before that came after its quorum was computed
  * (or that a shrink_only quorum left out) counts for this round: its
  * replica, which saw itself left out, joins this round too, but a fast
@@ -625,6 +655,7 @@ gang_status gang__lh_tick(gang_lighthouse *L) {
   GANG_CHECK(read_beats(L, now));
   GANG_CHECK(prune(L, now));
   GANG_CHECK(send_notices(L, now));
+  GANG_CHECK(send_kills(L));
   GANG_CHECK(read_joins(L, now));
   gang_status s = decide(L, now);
   L->last_tick_ms = gang__lh_now_ms();

@@ -258,6 +258,7 @@ gang_status gang_lighthouse_start(const gang_lighthouse_options *opts,
   s->join_timeout_ms = cfg.join_timeout_ms;
   s->heartbeat_timeout_ms = cfg.heartbeat_timeout_ms;
   s->quorum_tick_ms = tick;
+  s->allow_kill = OPT(opts, allow_kill, false);
   snprintf(L->why, sizeof L->why, "no replica has joined yet");
   gang__lh_publish_status(L);
   if (http_port >= 0)

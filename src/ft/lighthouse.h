@@ -185,11 +185,17 @@ gang_status gang__lh_suspect(gang__lh_client *c, const char *id);
 gang_status gang__lh_join(gang__lh_client *c, const gang__lh_member *me,
                           int64_t timeout_ms, gang__lh_quorum *out);
 
+/* A notice that kills a replica group from the status page (a drill):
+ * this prefix, then its id (ids have no spaces). */
+#define GANG__LH_KILL "!kill "
+
 /* Waits up to timeout_ms for failure notice *cursor (0 first); on one,
  * copies the dead replica's id to id[0..cap), advances *cursor and returns
- * GANG_OK; GANG_TIMEOUT when none came. */
+ * GANG_OK; GANG_TIMEOUT when none came. *kill (may be NULL: such notices
+ * are then passed over as malformed) says the notice asks replica `id` to
+ * kill itself instead (gang_lighthouse_options.allow_kill). */
 gang_status gang__lh_next_notice(gang__lh_client *c, int64_t *cursor, char *id,
-                                 size_t cap, int64_t timeout_ms);
+                                 size_t cap, int64_t timeout_ms, bool *kill);
 
 /* "host:port" of the lighthouse's store, for replica gangs' rendezvous
  * under rdzv/. */

@@ -14,6 +14,7 @@
  * under m->mu. */
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,7 +128,9 @@ static void *notice_main(void *arg) {
       cursor = 0;
     }
     char id[GANG_LH_ID_MAX];
-    gang_status st = gang__lh_next_notice(c, &cursor, id, sizeof id, 500);
+    bool kill = false;
+    gang_status st =
+        gang__lh_next_notice(c, &cursor, id, sizeof id, 500, &kill);
     if (st == GANG_TIMEOUT)
       continue;
     if (st != GANG_OK) {
@@ -135,6 +138,16 @@ static void *notice_main(void *arg) {
       c = NULL;
       continue;
     }
+    if (kill && strcmp(id, m->replica_id) == 0) {
+      /* A drill: die as a crash would, every process of the group. */
+      GANG_WARN(FT,
+                "replica %s: killed from the lighthouse's status page "
+                "(notice %" PRId64 ")",
+                m->replica_id, cursor - 1);
+      raise(SIGKILL);
+    }
+    if (kill)
+      continue; /* another group's: it will be seen to go as any failure */
     bool taken = takes_notice(m, id, cursor - 1, incarnation);
     GANG_INFO(FT, "replica %s: failure notice %" PRId64 " (%s): %s",
               m->replica_id, cursor - 1, id, taken ? "taken" : "passed over");

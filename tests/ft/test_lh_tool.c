@@ -20,6 +20,7 @@
 
 #include "core/clock.h"
 #include "ft/lighthouse.h"
+#include "gang/ft.h"
 
 static char *tool;
 
@@ -115,6 +116,15 @@ static void test_serve(void **state) {
                     "assert d['quorum_id'] == 1, d\n"
                     "assert d['replicas'][0]['replica_id'] == 'tool-test:1'\n"
                     "assert d['quorum_tick_ms'] == 50, d\n"
+                    "import urllib.error\n"
+                    "try:\n"
+                    "    urllib.request.urlopen(urllib.request.Request(\n"
+                    "        sys.argv[1].replace('/status', '/kill?replica='\n"
+                    "        'tool-test%3A1'), method='POST'), timeout=10)\n"
+                    "    sys.exit('a kill without --allow-kill')\n"
+                    "except urllib.error.HTTPError as e:\n"
+                    "    assert e.code == 403, e.code\n"
+                    "    assert '--allow-kill' in e.read().decode()\n"
                     "print('status ok')\n",
                     url, NULL};
     int st = gt_run_cmd(argv, NULL, &out, 30000);
@@ -180,7 +190,7 @@ static void *page_join(void *arg) {
 static void test_page(void **state) {
   (void)state;
   running t;
-  start(&t, (char *[]){"--min-replicas", "2", NULL});
+  start(&t, (char *[]){"--min-replicas", "2", "--allow-kill", NULL});
   char addr[64];
   snprintf(addr, sizeof addr, "127.0.0.1:%d", t.port);
   page_rep reps[3] = {{.id = "alpha:1", .step = 10},
@@ -228,7 +238,7 @@ static void test_page(void **state) {
       "assert d['samples'][0][1] == 10, d['samples']\n"
       "c = [r for r in d['replicas'] if r['replica_id'] == 'charlie:1'][0]\n"
       "assert not c['healthy'] and not c['late'], c\n"
-      "assert d['allow_kill'] is False and d['now_ms'] > 0\n"
+      "assert d['allow_kill'] is True and d['now_ms'] > 0\n"
       "print('json ok:', len(kinds), 'events,', len(d['samples']), "
       "'samples')\n",
       base, NULL};
@@ -307,12 +317,111 @@ static void test_page(void **state) {
       printf("could not remove the browser profile\n");
     free(out);
   }
+  /* A drill: bravo is killed from the page. Its watcher gets the kill
+   * notice (manager.c then kills the process); the page says so. Bad
+   * requests get their status. */
+  gang__lh_client *w = NULL;
+  assert_gang_ok(gang__lh_connect(addr, 10000, &w));
+  char *kill_py[] = {
+      "/usr/bin/python3", "-c",
+      "import sys, urllib.request, urllib.error\n"
+      "def post(q):\n"
+      "    try:\n"
+      "        r = urllib.request.urlopen(urllib.request.Request(\n"
+      "            sys.argv[1] + '/kill' + q, method='POST'), timeout=10)\n"
+      "        return r.status, r.read().decode()\n"
+      "    except urllib.error.HTTPError as e:\n"
+      "        return e.code, e.read().decode()\n"
+      "assert post('?replica=nobody:1')[0] == 404\n"
+      "assert post('?replica=bad%20id')[0] == 400\n"
+      "assert post('')[0] == 400\n"
+      "code, text = post('?replica=bravo%3A1')\n"
+      "assert code == 202 and 'bravo:1' in text, (code, text)\n"
+      "print('kill sent:', text.strip())\n",
+      base, NULL};
+  st = gt_run_cmd(kill_py, NULL, &out, 30000);
+  if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+    fail_msg("POST /kill: %d:\n%s", st, out);
+  free(out);
+  out = NULL;
+  int64_t cursor = 0;
+  char id[GANG_LH_ID_MAX];
+  bool kill = false;
+  /* Notice 0 was charlie's failure; the next is the kill. */
+  assert_gang_ok(gang__lh_next_notice(w, &cursor, id, sizeof id, 10000, &kill));
+  assert_false(kill);
+  assert_string_equal(id, "charlie:1");
+  assert_gang_ok(gang__lh_next_notice(w, &cursor, id, sizeof id, 10000, &kill));
+  assert_true(kill);
+  assert_string_equal(id, "bravo:1");
+  gang__lh_close(w);
+
   atomic_store(&reps[0].stop, true);
   atomic_store(&reps[1].stop, true);
   for (int i = 0; i < 2; i++)
     pthread_join(reps[i].th, NULL);
   for (int i = 0; i < 3; i++)
     gang__lh_close(reps[i].c);
+  stop(&t, SIGTERM);
+}
+
+/* The drill end to end: a replica group's process (a manager of one
+ * rank) is killed from the page, by SIGKILL, as a crash would take it. */
+static void test_page_kills_a_replica(void **state) {
+  (void)state;
+  running t;
+  start(&t, (char *[]){"--allow-kill", NULL});
+  char addr[64], base[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", t.port);
+  snprintf(base, sizeof base, "http://127.0.0.1:%d", t.http_port);
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    alarm(60);
+    gang_manager_options mo = GANG_MANAGER_OPTIONS_INIT;
+    mo.lighthouse = addr;
+    mo.name = "drill";
+    gang_manager *m = NULL;
+    RCHECK_OK(gang_manager_create(&mo, &m));
+    for (;;)
+      pause(); /* the page ends it */
+  }
+  /* Once it heartbeats, its id is on the page: kill it from there. */
+  char *py[] = {"/usr/bin/python3", "-c",
+                "import json, sys, time, urllib.request\n"
+                "for _ in range(200):\n"
+                "    d = json.load(urllib.request.urlopen(sys.argv[1] + "
+                "'/status', timeout=10))\n"
+                "    ids = [r['replica_id'] for r in d['replicas']\n"
+                "           if r['replica_id'].startswith('drill:')]\n"
+                "    if ids:\n"
+                "        break\n"
+                "    time.sleep(0.05)\n"
+                "q = urllib.parse.quote(ids[0], safe='')\n"
+                "r = urllib.request.urlopen(urllib.request.Request(\n"
+                "    sys.argv[1] + '/kill?replica=' + q, method='POST'),\n"
+                "    timeout=10)\n"
+                "assert r.status == 202, r.status\n"
+                "print('killing', ids[0])\n",
+                base, NULL};
+  char *out = NULL;
+  double t0 = gt_now_s();
+  int st = gt_run_cmd(py, NULL, &out, 30000);
+  if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+    fail_msg("the kill from the page: %d:\n%s", st, out);
+  free(out);
+  int status = gt_wait_child(pid, 10000);
+  printf("the replica's process ended %.0f ms after the page was asked\n",
+         (gt_now_s() - t0) * 1000);
+  if (status == -1) {
+    kill(pid, SIGKILL);
+    gt_wait_child(pid, 5000);
+    fail_msg("the replica killed from the page is still running");
+  }
+  assert_true(WIFSIGNALED(status));
+  assert_int_equal(WTERMSIG(status), SIGKILL);
   stop(&t, SIGTERM);
 }
 
@@ -359,6 +468,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       GT_TEST(test_serve),
       GT_TEST(test_page),
+      GT_TEST(test_page_kills_a_replica),
       GT_TEST(test_bad_flags),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);

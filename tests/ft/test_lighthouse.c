@@ -73,7 +73,7 @@ static int64_t await_notice(gang__lh_client *c, int64_t *cursor,
                             const char *want) {
   char id[GANG_LH_ID_MAX];
   for (;;) {
-    assert_gang_ok(gang__lh_next_notice(c, cursor, id, sizeof id, 10000));
+    assert_gang_ok(gang__lh_next_notice(c, cursor, id, sizeof id, 10000, NULL));
     if (strcmp(id, want) == 0)
       return gang__now_ns();
   }
@@ -102,7 +102,7 @@ static void test_dead_replica_noticed(void **state) {
   int64_t cursor = 0;
   /* No notice while everyone lives. */
   char id[GANG_LH_ID_MAX];
-  assert_int_equal(gang__lh_next_notice(watch, &cursor, id, sizeof id, 0),
+  assert_int_equal(gang__lh_next_notice(watch, &cursor, id, sizeof id, 0, NULL),
                    GANG_TIMEOUT);
   assert_int_equal(cursor, 0);
   /* The survivors join the next round; the other goes silent. The join
@@ -129,7 +129,7 @@ static void test_dead_replica_noticed(void **state) {
   assert_int_equal(r[1].q.quorum_id, 2);
   /* One notice per death, not one per tick. */
   assert_int_equal(
-      gang__lh_next_notice(watch, &cursor, id, sizeof id, 3 * TICK),
+      gang__lh_next_notice(watch, &cursor, id, sizeof id, 3 * TICK, NULL),
       GANG_TIMEOUT);
   gang__lh_close(watch);
   for (int i = 0; i < 3; i++)

@@ -24,7 +24,7 @@ static const char usage_text[] =
     "usage: gang-lighthouse [--bind HOST:PORT] [--min-replicas N]\n"
     "                       [--join-timeout DUR] [--quorum-tick DUR]\n"
     "                       [--heartbeat-timeout DUR] [--http HOST:PORT|off]\n"
-    "                       [--secret-file F]\n"
+    "                       [--secret-file F] [--allow-kill]\n"
     "  --bind               where replicas reach it (0.0.0.0:29510; port 0:\n"
     "                       any free port)\n"
     "  --min-replicas       fewest replica groups in a quorum (1)\n"
@@ -35,6 +35,8 @@ static const char usage_text[] =
     "  --http               status page, GET / and /status (the --bind host,\n"
     "                       any free port); off: none\n"
     "  --secret-file        the store secret (else GANG_STORE_SECRET)\n"
+    "  --allow-kill         the status page may kill a replica group\n"
+    "                       (POST /kill?replica=ID), for drills\n"
     "Durations take units: 500ms, 5s, 1m (a bare number is seconds).\n"
     "stdout: the lighthouse's port, then the status page's (-1: none).\n"
     "Runs until SIGINT or SIGTERM. Exit: 0 stopped, 1 failed, 2 usage.\n";
@@ -48,7 +50,7 @@ static int usage_error(const char *flag, const char *msg) {
 
 typedef struct args {
   gang__hostport bind, http;
-  bool http_off;
+  bool http_off, allow_kill;
   int64_t min_replicas, join_ms, tick_ms, hb_ms;
   const char *secret_file;
 } args;
@@ -90,6 +92,10 @@ static int parse_args(int argc, char **argv, args *a) {
     const char *eq = strchr(o, '=');
     if (strncmp(o, "--", 2) != 0)
       return usage_error(o, "unexpected argument");
+    if (strcmp(o, "--allow-kill") == 0) {
+      a->allow_kill = true;
+      continue;
+    }
     if (eq != NULL) { /* --flag=value */
       snprintf(flag, sizeof flag, "%.*s", (int)(eq - o), o);
       v = eq + 1;
@@ -164,6 +170,7 @@ int main(int argc, char **argv) {
   o.heartbeat_timeout_ms = a.hb_ms;
   o.http_host = a.http.host;
   o.http_port = a.http_off ? -1 : a.http.port;
+  o.allow_kill = a.allow_kill;
   o.secret = secret;
   gang_lighthouse *lh = NULL;
   gang_status s = gang_lighthouse_start(&o, &lh);
