@@ -692,10 +692,13 @@ static void test_split_half_forms_no_quorum(void **state) {
   assert_int_equal(reap_all(&s->ps, 90000), 0);
   assert_int_equal(check_done(s->log, c.target), 2);
   int n = read_log(s->log, g_evs, MAX_LINES);
+  /* The split ends when the first of the beating half leaves: the joined
+   * half is then a majority of the heartbeating replicas and may commit,
+   * possibly before the second one has logged its leave. */
   double gone = 0, first = 0;
   int refused = 0;
   for (int i = 0; i < n; i++) {
-    if (!strcmp(g_evs[i].kind, "gone") && g_evs[i].t > gone)
+    if (!strcmp(g_evs[i].kind, "gone") && (gone == 0 || g_evs[i].t < gone))
       gone = g_evs[i].t;
     if (!strcmp(g_evs[i].kind, "step") && g_evs[i].commit && first == 0)
       first = g_evs[i].t;
@@ -703,7 +706,7 @@ static void test_split_half_forms_no_quorum(void **state) {
       refused++;
   }
   printf("the joined half: %d steps refused, first commit %.0f ms after the "
-         "other half stopped beating\n",
+         "first of the other half left\n",
          refused, (first - gone) * 1000);
   assert_true(gone > 0 && first > gone);
   assert_true(refused >= 2);
