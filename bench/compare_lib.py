@@ -144,6 +144,13 @@ def build(build_dir, libs, gang_build=None):
     }
 
 
+def forced_algo(lib, argv):
+    """GANG_ALGO for a gang run: "" for the table's choice."""
+    if not lib.startswith("gang:"):
+        return ""
+    return f"{argv[argv.index('--op') + 1]}={lib.split(':', 1)[1]}"
+
+
 def command(lib, bins, args, coll, bench_args, store_dir):
     """The command line and environment of one run of `lib`."""
     np, ncpu = args.np, os.cpu_count() or 1
@@ -151,11 +158,14 @@ def command(lib, bins, args, coll, bench_args, store_dir):
     for k in ("GANG_SHM_DISABLE", "MPIR_CVAR_NOLOCAL", "UCX_TLS"):
         env.pop(k, None)
     argv = ["--op", coll] + bench_args
+    if getattr(args, "hosts", 0):  # bench/compare_hosts.py
+        return args.hosts_command(lib, bins, args, argv, store_dir), env
     gangrun = [bins["gangrun"], "--standalone", "--nproc-per-node", str(np),
                "--local-ranks-filter", "0", "--term-grace", "2s"]
-    if lib == "gang":
+    if lib == "gang" or lib.startswith("gang:"):
         if args.mode == "tcp":
             env["GANG_SHM_DISABLE"] = "1"
+        env["GANG_ALGO"] = forced_algo(lib, argv)
         return gangrun + [bins["gang-bench"]] + argv, env
     if lib == "openmpi":
         cmd = ["mpirun.openmpi", "-np", str(np), "--bind-to", "none",

@@ -1,0 +1,182 @@
+"""bench/compare across the hosts of a cluster in a box (--hosts): bringing
+it up and down, each library's launch across it, and the forced sweep of
+gang's algorithms (--sweep) with its table."""
+
+import atexit
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+
+from compare_lib import REPO, fmt_size, fmt_us, forced_algo
+
+CLUSTER = os.path.join(REPO, "scripts", "cluster")
+HOSTS_NAME, HOSTS_NET = "cmp", "10.78.0"
+HOSTS = {}  # the cluster's files: agent, hostfile, secret; and a port
+
+
+def hosts_up(args):
+    """Brings up args.hosts hosts (scripts/cluster, with --delay and
+    --rate), the files mpirun and gangrun need to cross them, and their
+    teardown at exit (also on a signal)."""
+    if os.geteuid() != 0:
+        sys.exit("compare: --hosts needs root (network namespaces)")
+    env = dict(os.environ, GANG_CLUSTER=HOSTS_NAME)
+    subprocess.run([CLUSTER, "down"], env=env, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+    up = [CLUSTER, "up", str(args.hosts), "--net", HOSTS_NET]
+    if args.delay:
+        up += ["--delay", args.delay]
+    if args.rate:
+        up += ["--rate", args.rate]
+    subprocess.run(up, env=env, check=True, stdout=subprocess.DEVNULL)
+
+    def down(*_):
+        subprocess.run([CLUSTER, "down"], env=env,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    atexit.register(down)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: sys.exit(130))
+    d = tempfile.mkdtemp(prefix="gang-compare-hosts-")
+    atexit.register(shutil.rmtree, d, True)
+    agent = os.path.join(d, "agent")
+    with open(agent, "w") as f:
+        # mpirun's rsh agent: "agent [options] hN command..." on host N.
+        f.write("#!/bin/sh\nwhile [ $# -gt 0 ]; do case $1 in -*) shift ;; "
+                "*) break ;; esac; done\nh=$1\nshift\n"
+                f"GANG_CLUSTER={HOSTS_NAME} exec {CLUSTER} exec \"${{h#h}}\" "
+                "sh -c \"$*\"\n")
+    os.chmod(agent, 0o755)
+    hostfile = os.path.join(d, "hosts")
+    with open(hostfile, "w") as f:
+        for i in range(args.hosts):
+            f.write(f"h{i} slots={args.per_host}\n")
+    secret = os.path.join(d, "secret")
+    with open(secret, "w") as f:
+        f.write("compare-across-hosts\n")
+    HOSTS.update(agent=agent, hostfile=hostfile, secret=secret, dir=d,
+                 runs=0, port=20000 + os.getpid() % 20000, env=env)
+
+
+# --sweep: the algorithms gang can be forced to run per collective, for
+# the table of which one was fastest against what the table chose.
+SWEEP = {"all_reduce": ["recursive_doubling", "halving_doubling", "ring"],
+         "broadcast": ["binomial", "scatter_allgather"],
+         "all_gather": ["bruck", "ring"],
+         "reduce_scatter": ["recursive_halving", "ring"],
+         "all_to_all": ["pairwise"], "barrier": ["dissemination"]}
+
+
+def sweep_libs(args, coll):
+    """gang with each algorithm of coll forced ("gang:ring"), and the
+    two-level form where hosts hold several ranks."""
+    algos = list(SWEEP.get(coll, []))
+    if getattr(args, "hosts", 0) and args.per_host > 1 and coll in (
+            "all_reduce", "broadcast", "barrier", "all_gather",
+            "reduce_scatter"):
+        algos.append("hierarchical")
+    return [f"gang:{a}" for a in algos]
+
+
+def sweep_markdown(coll, comb, args):
+    """The forced sweep of one collective: per size, the time of the
+    table's choice and of each algorithm forced, the fastest, and whether
+    the table's choice was within 10 % of it (runs of one algorithm
+    scatter about that much between repetitions here)."""
+    forced = sweep_libs(args, coll)
+    sizes = sorted({s for lib in ["gang"] + forced for s in comb.get(lib, {})})
+    head = ["size", "table's choice µs"] + \
+        [f"{lib.split(':', 1)[1]} µs" for lib in forced] + \
+        ["fastest forced", "agrees"]
+    rows, agree, cells = [], 0, 0
+    for s in sizes:
+        auto = comb.get("gang", {}).get(s, {}).get("time_us")
+        ts = {lib: comb.get(lib, {}).get(s, {}).get("time_us")
+              for lib in forced}
+        known = {lib: t for lib, t in ts.items() if t is not None}
+        best = min(known, key=known.get) if known else None
+        ok = auto is not None and best is not None and \
+            auto <= 1.1 * known[best]
+        if auto is not None and best is not None:
+            cells += 1
+            agree += ok
+        rows.append([fmt_size(s), fmt_us(auto)] +
+                    [fmt_us(ts[lib]) for lib in forced] +
+                    [best.split(":", 1)[1] if best else "-",
+                     "yes" if ok else "no"])
+    out = [f"### {coll}: forced sweep ({agree} of {cells} sizes: the "
+           "table's choice within 10 % of the fastest)", "",
+           "| " + " | ".join(head) + " |",
+           "|" + "---|" * len(head)]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(out), agree, cells
+
+
+def on_host(i, argv, env_vars):
+    """argv run on host i of the box, with env_vars set there."""
+    return ["env", f"GANG_CLUSTER={HOSTS_NAME}", CLUSTER, "exec", str(i),
+            "env"] + \
+        [f"{k}={v}" for k, v in env_vars.items()] + argv
+
+
+def hosts_command(lib, bins, args, argv, store_dir):
+    """One run of `lib` across the hosts: a shell line that starts every
+    host's part and keeps host 0's output (rank 0 prints). Called through
+    args.hosts_command by compare_lib.command."""
+    n, k = args.hosts, args.per_host
+    np = n * k
+    over = k > (os.cpu_count() or 1) or np > (os.cpu_count() or 1)
+    parts = []
+    if lib == "gang" or lib.startswith("gang:"):
+        HOSTS["port"] += 2
+        for i in range(n):
+            cmd = on_host(i, [bins["gangrun"], "--nnodes", str(n),
+                              "--node-rank", str(i), "--nproc-per-node",
+                              str(k), "--master-addr", "h0",
+                              "--master-port", str(HOSTS["port"]),
+                              "--secret-file", HOSTS["secret"],
+                              "--local-ranks-filter", "0",
+                              "--term-grace", "2s", bins["gang-bench"]] +
+                          argv, dict(GANG_ALGO=forced_algo(lib, argv),
+                                     GANG_SHM_DISABLE="1"
+                                     if args.mode == "tcp" else "0"))
+            parts.append((i, cmd))
+    elif lib == "openmpi":
+        net = HOSTS_NET + ".0/24"
+        cmd = ["mpirun.openmpi", "-np", str(np), "--hostfile",
+               HOSTS["hostfile"], "--mca", "plm_rsh_agent", HOSTS["agent"],
+               "--mca", "oob_tcp_if_include", net, "--mca", "pml", "ob1",
+               "--mca", "btl", "self,tcp" if args.mode == "tcp"
+               else "self,vader,tcp",
+               "--mca", "btl_tcp_if_include", net, "--bind-to", "none",
+               "--allow-run-as-root"]
+        if over:
+            cmd += ["--oversubscribe", "--mca", "mpi_yield_when_idle", "1"]
+        return cmd + [bins["openmpi"]] + argv
+    elif lib == "gloo":
+        extra = ["-A", ",".join(args.gloo_algos)] \
+            if "all_reduce" in argv else []
+        for i in range(n):
+            addr = subprocess.run([CLUSTER, "addr", str(i)], env=HOSTS["env"],
+                                  capture_output=True, text=True,
+                                  check=True).stdout.strip()
+            for lr in range(k):
+                r = i * k + lr
+                parts.append((r, on_host(i, [bins["gloo"]] + argv + extra,
+                                         dict(RANK=r, WORLD_SIZE=np,
+                                              GLOO_HOST=addr,
+                                              GLOO_STORE_DIR=store_dir))))
+    else:
+        raise ValueError(f"{lib} does not run across hosts here")
+    HOSTS["runs"] += 1
+    line = ""
+    for who, cmd in parts:
+        q = " ".join(shlex.quote(str(c)) for c in cmd)
+        line += f"{q} >\"$0\" & " if who == 0 else f"{q} >/dev/null & "
+    return ["sh", "-c", line + "wait; cat \"$0\"",
+            os.path.join(HOSTS["dir"], f"rank0.{HOSTS['runs']}.out")]
+
+
