@@ -189,17 +189,19 @@ class LighthouseServer:
     ``LighthouseServer``). ``bind`` is 'HOST:PORT' (port 0: any free one);
     the defaults are torchft's Python ones (a 100 ms join timeout, a
     100 ms tick, a 5 s heartbeat timeout). Replicas speak to it through the
-    gang store protocol; its status page (``/status`` as JSON) is on
-    ``http_port`` (0: any free port, -1: none)."""
+    gang store protocol; its status page (``/status`` as JSON, ``/`` for
+    people) is on ``http_port`` (0: any free port, -1: none);
+    ``allow_kill`` lets the page kill a replica group, for drills."""
 
     def __init__(self, bind="127.0.0.1:0", min_replicas=1, join_timeout_ms=None, quorum_tick_ms=None,
-                 heartbeat_timeout_ms=None, *, http_port=0, secret=None):
+                 heartbeat_timeout_ms=None, *, http_port=0, secret=None, allow_kill=False):
         host, port = _split_host_port(bind)
         join = 100 if join_timeout_ms is None else max(1, int(join_timeout_ms))
         self._host = host
         self._lh = _gang._lighthouse_start(
             host or None, port, int(min_replicas), join, int(quorum_tick_ms or 0),
-            int(heartbeat_timeout_ms or 0), int(http_port), secret)
+            int(heartbeat_timeout_ms or 0), int(http_port), secret,
+            bool(allow_kill))
 
     def _public_host(self):
         if self._host in ("", "0.0.0.0", "::"):

@@ -97,25 +97,24 @@ static PyTypeObject gpy_lighthouse_type = {
 
 /* _lighthouse_start(host, port, min_replicas, join_timeout_ms,
  *                   quorum_tick_ms, heartbeat_timeout_ms, http_port,
- *                   secret) -> _Lighthouse */
+ *                   secret, allow_kill) -> _Lighthouse */
 static PyObject *py_lighthouse_start(PyObject *mod, PyObject *args,
                                      PyObject *kw) {
   (void)mod;
-  static char *names[] = {"host",
-                          "port",
-                          "min_replicas",
-                          "join_timeout_ms",
-                          "quorum_tick_ms",
-                          "heartbeat_timeout_ms",
-                          "http_port",
-                          "secret",
-                          NULL};
+  static char *names[] = {"host",           "port",
+                          "min_replicas",   "join_timeout_ms",
+                          "quorum_tick_ms", "heartbeat_timeout_ms",
+                          "http_port",      "secret",
+                          "allow_kill",     NULL};
   gang_lighthouse_options o = GANG_LIGHTHOUSE_OPTIONS_INIT;
   long long join = 0, tick = 0, hb = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "zi|iLLLiz:_lighthouse_start",
+  int allow_kill = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "zi|iLLLizp:_lighthouse_start",
                                    names, &o.host, &o.port, &o.min_replicas,
-                                   &join, &tick, &hb, &o.http_port, &o.secret))
+                                   &join, &tick, &hb, &o.http_port, &o.secret,
+                                   &allow_kill))
     return NULL;
+  o.allow_kill = allow_kill != 0;
   o.join_timeout_ms = join;
   o.quorum_tick_ms = tick;
   o.heartbeat_timeout_ms = hb;

@@ -163,12 +163,16 @@ def test_lighthouse_server():
             status = json.loads(r.read())
         assert status["min_replicas"] == 2 and status["join_timeout_ms"] == 500
         assert status["quorum_id"] == 0 and status["replicas"] == []
+        assert status["allow_kill"] is False and status["events"] == []
     assert "shut down" in repr(lh)
     with pytest.raises(gang.InvalidUsageError):
         lh.port
     lh.shutdown()  # idempotent
     with ft.LighthouseServer("127.0.0.1:0", http_port=-1) as lh:
         assert lh.status_url() is None
+    with ft.LighthouseServer("127.0.0.1:0", allow_kill=True) as lh:
+        with urllib.request.urlopen(lh.status_url(), timeout=10) as r:
+            assert json.loads(r.read())["allow_kill"] is True
     with pytest.raises(gang.InvalidArgumentError):
         ft.LighthouseServer("no-port")
     with pytest.raises(gang.InvalidArgumentError):
