@@ -688,6 +688,8 @@ def write_record(args, report, started, load_start):
     if FAILURES:
         record["failures"] = list(FAILURES)
     mode = args.mode + ("-load" if args.load is not None else "")
+    if getattr(args, "hosts", 0):
+        mode = f"hosts{args.hosts}x{args.per_host}-{mode}"
     name = f"{started:%Y-%m-%dT%H%M%SZ}-{mode}-{commit or 'nogit'}.json"
     os.makedirs(args.results_dir, exist_ok=True)
     path = os.path.join(args.results_dir, name)
