@@ -12,117 +12,6 @@
 
 #include "gangmodule.h"
 
-/* ---- argument parsing (vectorcall, no tuple or dict built) --------------- */
-
-/* Matches positional args then keywords against `names` (NULL-terminated);
- * out[i] stays NULL when not given. The first `required` are mandatory. */
-static int parse(const char *fn, PyObject *const *args, Py_ssize_t nargs,
-                 PyObject *kwnames, const char *const *names, int required,
-                 PyObject **out) {
-  int n = 0;
-  while (names[n] != NULL)
-    n++;
-  if (nargs > n) {
-    PyErr_Format(PyExc_TypeError, "%s() takes at most %d arguments (%zd given)",
-                 fn, n, nargs);
-    return -1;
-  }
-  for (int i = 0; i < n; i++)
-    out[i] = i < nargs ? args[i] : NULL;
-  Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-  for (Py_ssize_t k = 0; k < nkw; k++) {
-    PyObject *key = PyTuple_GET_ITEM(kwnames, k);
-    int found = -1;
-    for (int i = 0; i < n && found < 0; i++)
-      if (PyUnicode_CompareWithASCIIString(key, names[i]) == 0)
-        found = i;
-    if (found < 0) {
-      PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword '%U'", fn,
-                   key);
-      return -1;
-    }
-    if (out[found] != NULL) {
-      PyErr_Format(PyExc_TypeError, "%s() got '%s' twice", fn, names[found]);
-      return -1;
-    }
-    out[found] = args[nargs + k];
-  }
-  for (int i = 0; i < required; i++)
-    if (out[i] == NULL) {
-      PyErr_Format(PyExc_TypeError, "%s() missing argument '%s'", fn, names[i]);
-      return -1;
-    }
-  return 0;
-}
-
-static int as_int(PyObject *o, int dflt, const char *what, int *out) {
-  if (o == NULL || o == Py_None) {
-    *out = dflt;
-    return 0;
-  }
-  long v = PyLong_AsLong(o);
-  if (v == -1 && PyErr_Occurred()) {
-    PyErr_Clear();
-    gpy_raise_fmt(GANG_INVALID_ARGUMENT, "`%s` must be an integer, not %s",
-                  what, Py_TYPE(o)->tp_name);
-    return -1;
-  }
-  *out = (int)v;
-  return 0;
-}
-
-static int as_async(PyObject *o) { return o != NULL && PyObject_IsTrue(o); }
-
-/* The reduce operation: a ReduceOperation (an IntEnum), an int 1..5, its
- * name ("sum", "MEAN"), or torch.distributed's ReduceOp (AVG = MEAN). */
-static int as_op(PyObject *o, gang_reduce_op *op) {
-  if (o == NULL || o == Py_None) {
-    *op = GANG_SUM;
-    return 0;
-  }
-  long v = -1;
-  if (PyLong_Check(o)) {
-    v = PyLong_AsLong(o);
-  } else if (PyUnicode_Check(o)) {
-    static const char *const nm[] = {"",        "sum", "mean",
-                                     "product", "min", "max"};
-    const char *s = PyUnicode_AsUTF8(o);
-    for (int i = 1; s && i <= 5; i++)
-      if (strcasecmp(s, nm[i]) == 0)
-        v = i;
-  } else if (strncmp(Py_TYPE(o)->tp_name, "torch.", 6) == 0) {
-    /* torch.distributed.ReduceOp (its .op) or ReduceOp.RedOpType: SUM 0,
-     * AVG 1, PRODUCT 2, MIN 3, MAX 4 -- gang's order, from 0. */
-    PyObject *e = PyObject_HasAttrString(o, "op")
-                      ? PyObject_GetAttrString(o, "op")
-                      : Py_NewRef(o);
-    PyObject *val = e != NULL ? PyObject_GetAttrString(e, "value") : NULL;
-    if (val != NULL && PyLong_Check(val)) {
-      long t = PyLong_AsLong(val);
-      v = t >= 0 && t <= 4 ? t + 1 : -1;
-    }
-    Py_XDECREF(val);
-    Py_XDECREF(e);
-    PyErr_Clear();
-  } else {
-    PyObject *val = PyObject_GetAttrString(o, "value");
-    if (val != NULL && PyLong_Check(val))
-      v = PyLong_AsLong(val);
-    Py_XDECREF(val);
-    PyErr_Clear();
-  }
-  if (v < 1 || v > 5) {
-    PyErr_Clear();
-    gpy_raise_fmt(GANG_INVALID_ARGUMENT,
-                  "`op` must be a ReduceOperation (SUM, MEAN, PRODUCT, MIN, "
-                  "MAX), not %R",
-                  o);
-    return -1;
-  }
-  *op = (gang_reduce_op)v;
-  return 0;
-}
-
 /* ---- lifecycle ----------------------------------------------------------- */
 
 gang_t *gpy_gang_handle(PyObject *self) {
@@ -258,6 +147,68 @@ static PyObject *get_handle(PyObject *self, void *c) {
 
 /* ---- running a call ------------------------------------------------------ */
 
+/* One collective's arguments, as the gang_* calls take them. */
+typedef enum call_kind {
+  C_BARRIER,
+  C_ALL_REDUCE,
+  C_BROADCAST,
+  C_ALL_GATHER,
+  C_REDUCE_SCATTER,
+  C_ALL_TO_ALL,
+  C_SEND,
+  C_RECV,
+} call_kind;
+
+typedef struct call {
+  call_kind kind;
+  void *out;      /* all_reduce, broadcast, recv: the buffer */
+  const void *in; /* all_gather, reduce_scatter, all_to_all, send */
+  size_t count;   /* elements as the call takes them (bytes for p2p) */
+  gang_dtype dtype;
+  gang_reduce_op op;
+  int peer; /* broadcast's root, p2p's peer */
+  int tag;
+} call;
+
+static const char *const call_names[] = {
+    "gang_barrier",        "gang_all_reduce",
+    "gang_broadcast",      "gang_all_gather",
+    "gang_reduce_scatter", "gang_all_to_all",
+    "gang_send",           "gang_recv"};
+
+/* The C call of c: its _post form (into *w) for async_op. */
+static gang_status run(gang_t *g, const call *c, int async, gang_work **w) {
+  switch (c->kind) {
+  case C_BARRIER:
+    return async ? gang_barrier_post(g, w) : gang_barrier(g);
+  case C_ALL_REDUCE:
+    return async ? gang_all_reduce_post(g, c->out, c->count, c->dtype, c->op, w)
+                 : gang_all_reduce(g, c->out, c->count, c->dtype, c->op);
+  case C_BROADCAST:
+    return async
+               ? gang_broadcast_post(g, c->out, c->count, c->dtype, c->peer, w)
+               : gang_broadcast(g, c->out, c->count, c->dtype, c->peer);
+  case C_ALL_GATHER:
+    return async ? gang_all_gather_post(g, c->out, c->in, c->count, c->dtype, w)
+                 : gang_all_gather(g, c->out, c->in, c->count, c->dtype);
+  case C_REDUCE_SCATTER:
+    return async ? gang_reduce_scatter_post(g, c->out, c->in, c->count,
+                                            c->dtype, c->op, w)
+                 : gang_reduce_scatter(g, c->out, c->in, c->count, c->dtype,
+                                       c->op);
+  case C_ALL_TO_ALL:
+    return async ? gang_all_to_all_post(g, c->out, c->in, c->count, c->dtype, w)
+                 : gang_all_to_all(g, c->out, c->in, c->count, c->dtype);
+  case C_SEND:
+    return async ? gang_send_post(g, c->in, c->count, c->peer, c->tag, w)
+                 : gang_send(g, c->in, c->count, c->peer, c->tag);
+  case C_RECV:
+    return async ? gang_recv_post(g, c->out, c->count, c->peer, c->tag, w)
+                 : gang_recv(g, c->out, c->count, c->peer, c->tag);
+  }
+  return GANG_INTERNAL;
+}
+
 /* Finishes a collective: for async_op, wraps the work (which takes the
  * buffers); otherwise releases the buffers and returns None or raises. */
 static PyObject *finish(PyObject *self, gang_status st, gang_work *w, int async,
@@ -274,24 +225,27 @@ static PyObject *finish(PyObject *self, gang_status st, gang_work *w, int async,
   Py_RETURN_NONE;
 }
 
+/* Runs c with the GIL released, then finishes it (the buffers bufs[0..n)
+ * go to the work, or are released). */
+static PyObject *go(PyObject *self, gang_t *g, const call *c, int async,
+                    gpy_buf *bufs, int n) {
+  gang_work *w = NULL;
+  PyThreadState *nogil = PyEval_SaveThread();
+  gang_status st = run(g, c, async, &w);
+  PyEval_RestoreThread(nogil);
+  return finish(self, st, w, async, bufs, n, call_names[c->kind]);
+}
+
 static PyObject *m_barrier(PyObject *self, PyObject *const *args,
                            Py_ssize_t nargs, PyObject *kwnames) {
   static const char *const names[] = {"async_op", NULL};
   PyObject *a[1];
-  if (parse("barrier", args, nargs, kwnames, names, 0, a) < 0)
+  if (gpy_parse("barrier", args, nargs, kwnames, names, 0, a) < 0)
     return NULL;
   gang_t *g = gpy_gang_handle(self);
   if (g == NULL)
     return NULL;
-  gang_status st;
-  gang_work *w = NULL;
-  int async = as_async(a[0]);
-  {
-    PyThreadState *nogil_ = PyEval_SaveThread();
-    st = async ? gang_barrier_post(g, &w) : gang_barrier(g);
-    PyEval_RestoreThread(nogil_);
-  }
-  return finish(self, st, w, async, NULL, 0, "gang_barrier");
+  return go(self, g, &(call){.kind = C_BARRIER}, gpy_as_async(a[0]), NULL, 0);
 }
 
 static PyObject *m_all_reduce(PyObject *self, PyObject *const *args,
@@ -299,33 +253,15 @@ static PyObject *m_all_reduce(PyObject *self, PyObject *const *args,
   static const char *const names[] = {"tensor", "op", "async_op", NULL};
   PyObject *a[3];
   gang_reduce_op op;
-  if (parse("all_reduce", args, nargs, kwnames, names, 1, a) < 0 ||
-      as_op(a[1], &op) < 0)
+  if (gpy_parse("all_reduce", args, nargs, kwnames, names, 1, a) < 0 ||
+      gpy_as_op(a[1], &op) < 0)
     return NULL;
   gang_t *g = gpy_gang_handle(self);
   gpy_buf b;
   if (g == NULL || gpy_buf_get(a[0], GPY_BUF_WRITE, "tensor", &b) < 0)
     return NULL;
-  gang_status st;
-  gang_work *w = NULL;
-  int async = as_async(a[2]);
-  {
-    PyThreadState *nogil_ = PyEval_SaveThread();
-    st = async ? gang_all_reduce_post(g, b.ptr, b.count, b.dtype, op, &w)
-               : gang_all_reduce(g, b.ptr, b.count, b.dtype, op);
-    PyEval_RestoreThread(nogil_);
-  }
-  return finish(self, st, w, async, &b, 1, "gang_all_reduce");
-}
-
-static int check_source(gang_t *g, int src, const char *arg) {
-  if (src < 0 || src >= gang_size(g)) {
-    gpy_raise_fmt(GANG_INVALID_ARGUMENT,
-                  "`%s` must be in [0, %d) (a rank of this gang), but is %d",
-                  arg, gang_size(g), src);
-    return -1;
-  }
-  return 0;
+  call c = {C_ALL_REDUCE, b.ptr, NULL, b.count, b.dtype, op};
+  return go(self, g, &c, gpy_as_async(a[2]), &b, 1);
 }
 
 static PyObject *m_broadcast(PyObject *self, PyObject *const *args,
@@ -334,70 +270,19 @@ static PyObject *m_broadcast(PyObject *self, PyObject *const *args,
                                       NULL};
   PyObject *a[3];
   int src;
-  if (parse("broadcast", args, nargs, kwnames, names, 1, a) < 0 ||
-      as_int(a[1], 0, "source_rank", &src) < 0)
+  if (gpy_parse("broadcast", args, nargs, kwnames, names, 1, a) < 0 ||
+      gpy_as_int(a[1], 0, "source_rank", &src) < 0)
     return NULL;
   gang_t *g = gpy_gang_handle(self);
-  if (g == NULL || check_source(g, src, "source_rank") < 0)
+  if (g == NULL || gpy_check_rank(g, src, "source_rank") < 0)
     return NULL;
   gpy_buf b;
   /* The source only reads its buffer: a read-only one will do there. */
   if (gpy_buf_get(a[0], gang_rank(g) == src ? 0 : GPY_BUF_WRITE, "tensor", &b) <
       0)
     return NULL;
-  gang_status st;
-  gang_work *w = NULL;
-  int async = as_async(a[2]);
-  {
-    PyThreadState *nogil_ = PyEval_SaveThread();
-    st = async ? gang_broadcast_post(g, b.ptr, b.count, b.dtype, src, &w)
-               : gang_broadcast(g, b.ptr, b.count, b.dtype, src);
-    PyEval_RestoreThread(nogil_);
-  }
-  return finish(self, st, w, async, &b, 1, "gang_broadcast");
-}
-
-/* Sizes of an output made of `parts` blocks of the input, in elements. */
-static int check_parts(const gpy_buf *out, const gpy_buf *in, size_t parts,
-                       const char *out_name, const char *in_name) {
-  if (out->dtype != in->dtype) {
-    gpy_raise_fmt(GANG_INVALID_ARGUMENT,
-                  "`%s` (%s) and `%s` (%s) must have the same dtype", out_name,
-                  gang_dtype_name(out->dtype), in_name,
-                  gang_dtype_name(in->dtype));
-    return -1;
-  }
-  if (out->count != in->count * parts) {
-    gpy_raise_fmt(GANG_INVALID_ARGUMENT,
-                  "`%s` must hold %zu elements (%zu ranks x %zu of `%s`), "
-                  "but holds %zu",
-                  out_name, in->count * parts, parts, in->count, in_name,
-                  out->count);
-    return -1;
-  }
-  return 0;
-}
-
-/* fairseq2's all_gather checks, for arrays that carry a shape. */
-static int check_gather_shape(const gpy_buf *out, const gpy_buf *in, int size) {
-  if (!out->has_view || !in->has_view || out->view.shape == NULL ||
-      in->view.shape == NULL)
-    return 0;
-  if (out->view.ndim != in->view.ndim + 1) {
-    gpy_raise_fmt(GANG_INVALID_ARGUMENT,
-                  "`output_tensor` must have a shape that is compatible with "
-                  "all-gather.");
-    return -1;
-  }
-  if (out->view.shape[0] != size) {
-    gpy_raise_fmt(GANG_INVALID_ARGUMENT,
-                  "Size of the first dimension of `output_tensor` must match "
-                  "the number of processes in the gang (%d), but is %zd "
-                  "instead.",
-                  size, out->view.shape[0]);
-    return -1;
-  }
-  return 0;
+  call c = {C_BROADCAST, b.ptr, NULL, b.count, b.dtype, 0, src};
+  return go(self, g, &c, gpy_as_async(a[2]), &b, 1);
 }
 
 /* The gang, and b[0] = output_tensor (written), b[1] = input_tensor
@@ -420,30 +305,21 @@ static PyObject *m_all_gather(PyObject *self, PyObject *const *args,
   static const char *const names[] = {"output_tensor", "input_tensor",
                                       "async_op", NULL};
   PyObject *a[3];
-  if (parse("all_gather", args, nargs, kwnames, names, 2, a) < 0)
+  if (gpy_parse("all_gather", args, nargs, kwnames, names, 2, a) < 0)
     return NULL;
   gpy_buf b[2];
   gang_t *g = out_in(self, a, b);
   if (g == NULL)
     return NULL;
-  if (check_gather_shape(&b[0], &b[1], gang_size(g)) < 0 ||
-      check_parts(&b[0], &b[1], (size_t)gang_size(g), "output_tensor",
-                  "input_tensor") < 0) {
+  if (gpy_check_gather_shape(&b[0], &b[1], gang_size(g)) < 0 ||
+      gpy_check_parts(&b[0], &b[1], (size_t)gang_size(g), "output_tensor",
+                      "input_tensor") < 0) {
     gpy_buf_release(&b[0]);
     gpy_buf_release(&b[1]);
     return NULL;
   }
-  gang_status st;
-  gang_work *w = NULL;
-  int async = as_async(a[2]);
-  {
-    PyThreadState *nogil_ = PyEval_SaveThread();
-    st = async ? gang_all_gather_post(g, b[0].ptr, b[1].ptr, b[1].count,
-                                      b[1].dtype, &w)
-               : gang_all_gather(g, b[0].ptr, b[1].ptr, b[1].count, b[1].dtype);
-    PyEval_RestoreThread(nogil_);
-  }
-  return finish(self, st, w, async, b, 2, "gang_all_gather");
+  call c = {C_ALL_GATHER, b[0].ptr, b[1].ptr, b[1].count, b[1].dtype};
+  return go(self, g, &c, gpy_as_async(a[2]), b, 2);
 }
 
 static PyObject *m_all_gather_to_list(PyObject *self, PyObject *const *args,
@@ -451,7 +327,7 @@ static PyObject *m_all_gather_to_list(PyObject *self, PyObject *const *args,
   static const char *const names[] = {"output_tensors", "input_tensor",
                                       "async_op", NULL};
   PyObject *a[3];
-  if (parse("all_gather_to_list", args, nargs, kwnames, names, 2, a) < 0)
+  if (gpy_parse("all_gather_to_list", args, nargs, kwnames, names, 2, a) < 0)
     return NULL;
   gang_t *g = gpy_gang_handle(self);
   if (g == NULL)
@@ -483,7 +359,7 @@ static PyObject *m_all_gather_to_list(PyObject *self, PyObject *const *args,
     snprintf(arg, sizeof arg, "output_tensors[%d]", got);
     if (gpy_buf_get(PySequence_Fast_GET_ITEM(seq, got), GPY_BUF_WRITE, arg,
                     &b[got]) < 0 ||
-        check_parts(&b[got], &b[size], 1, arg, "input_tensor") < 0) {
+        gpy_check_parts(&b[got], &b[size], 1, arg, "input_tensor") < 0) {
       if (!PyErr_Occurred())
         PyErr_NoMemory();
       got++;
@@ -493,7 +369,7 @@ static PyObject *m_all_gather_to_list(PyObject *self, PyObject *const *args,
   }
   gang_status st;
   gang_work *w = NULL;
-  int async = as_async(a[2]);
+  int async = gpy_as_async(a[2]);
   {
     PyThreadState *nogil_ = PyEval_SaveThread();
     st = async ? gang_all_gather_to_list_post(g, outs, b[size].ptr,
@@ -530,31 +406,21 @@ static PyObject *m_reduce_scatter(PyObject *self, PyObject *const *args,
                                       "async_op", NULL};
   PyObject *a[4];
   gang_reduce_op op;
-  if (parse("reduce_scatter", args, nargs, kwnames, names, 2, a) < 0 ||
-      as_op(a[2], &op) < 0)
+  if (gpy_parse("reduce_scatter", args, nargs, kwnames, names, 2, a) < 0 ||
+      gpy_as_op(a[2], &op) < 0)
     return NULL;
   gpy_buf b[2];
   gang_t *g = out_in(self, a, b);
   if (g == NULL)
     return NULL;
-  if (check_parts(&b[1], &b[0], (size_t)gang_size(g), "input_tensor",
-                  "output_tensor") < 0) {
+  if (gpy_check_parts(&b[1], &b[0], (size_t)gang_size(g), "input_tensor",
+                      "output_tensor") < 0) {
     gpy_buf_release(&b[0]);
     gpy_buf_release(&b[1]);
     return NULL;
   }
-  gang_status st;
-  gang_work *w = NULL;
-  int async = as_async(a[3]);
-  {
-    PyThreadState *nogil_ = PyEval_SaveThread();
-    st = async ? gang_reduce_scatter_post(g, b[0].ptr, b[1].ptr, b[0].count,
-                                          b[0].dtype, op, &w)
-               : gang_reduce_scatter(g, b[0].ptr, b[1].ptr, b[0].count,
-                                     b[0].dtype, op);
-    PyEval_RestoreThread(nogil_);
-  }
-  return finish(self, st, w, async, b, 2, "gang_reduce_scatter");
+  call c = {C_REDUCE_SCATTER, b[0].ptr, b[1].ptr, b[0].count, b[0].dtype, op};
+  return go(self, g, &c, gpy_as_async(a[3]), b, 2);
 }
 
 static PyObject *m_all_to_all(PyObject *self, PyObject *const *args,
@@ -562,14 +428,14 @@ static PyObject *m_all_to_all(PyObject *self, PyObject *const *args,
   static const char *const names[] = {"output_tensor", "input_tensor",
                                       "async_op", NULL};
   PyObject *a[3];
-  if (parse("all_to_all", args, nargs, kwnames, names, 2, a) < 0)
+  if (gpy_parse("all_to_all", args, nargs, kwnames, names, 2, a) < 0)
     return NULL;
   gpy_buf b[2];
   gang_t *g = out_in(self, a, b);
   if (g == NULL)
     return NULL;
   size_t size = (size_t)gang_size(g);
-  int bad = check_parts(&b[0], &b[1], 1, "output_tensor", "input_tensor");
+  int bad = gpy_check_parts(&b[0], &b[1], 1, "output_tensor", "input_tensor");
   if (bad == 0 && b[1].count % size != 0) {
     gpy_raise_fmt(GANG_INVALID_ARGUMENT,
                   "`input_tensor` holds %zu elements, not a multiple of the "
@@ -582,18 +448,8 @@ static PyObject *m_all_to_all(PyObject *self, PyObject *const *args,
     gpy_buf_release(&b[1]);
     return NULL;
   }
-  gang_status st;
-  gang_work *w = NULL;
-  int async = as_async(a[2]);
-  {
-    PyThreadState *nogil_ = PyEval_SaveThread();
-    st = async ? gang_all_to_all_post(g, b[0].ptr, b[1].ptr, b[1].count / size,
-                                      b[1].dtype, &w)
-               : gang_all_to_all(g, b[0].ptr, b[1].ptr, b[1].count / size,
-                                 b[1].dtype);
-    PyEval_RestoreThread(nogil_);
-  }
-  return finish(self, st, w, async, b, 2, "gang_all_to_all");
+  call c = {C_ALL_TO_ALL, b[0].ptr, b[1].ptr, b[1].count / size, b[1].dtype};
+  return go(self, g, &c, gpy_as_async(a[2]), b, 2);
 }
 
 static PyObject *p2p(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
@@ -603,29 +459,18 @@ static PyObject *p2p(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
   const char *fn = send ? "send" : "recv";
   PyObject *a[4];
   int peer, tag;
-  if (parse(fn, args, nargs, kwnames, names, 2, a) < 0 ||
-      as_int(a[1], 0, "peer", &peer) < 0 || as_int(a[2], 0, "tag", &tag) < 0)
+  if (gpy_parse(fn, args, nargs, kwnames, names, 2, a) < 0 ||
+      gpy_as_int(a[1], 0, "peer", &peer) < 0 ||
+      gpy_as_int(a[2], 0, "tag", &tag) < 0)
     return NULL;
   gang_t *g = gpy_gang_handle(self);
-  if (g == NULL || check_source(g, peer, "peer") < 0)
+  if (g == NULL || gpy_check_rank(g, peer, "peer") < 0)
     return NULL;
   gpy_buf b;
   if (gpy_buf_get(a[0], send ? GPY_BUF_READ : GPY_BUF_WRITE, "tensor", &b) < 0)
     return NULL;
-  gang_status st;
-  gang_work *w = NULL;
-  int async = as_async(a[3]);
-  {
-    PyThreadState *nogil_ = PyEval_SaveThread();
-    if (send)
-      st = async ? gang_send_post(g, b.ptr, b.nbytes, peer, tag, &w)
-                 : gang_send(g, b.ptr, b.nbytes, peer, tag);
-    else
-      st = async ? gang_recv_post(g, b.ptr, b.nbytes, peer, tag, &w)
-                 : gang_recv(g, b.ptr, b.nbytes, peer, tag);
-    PyEval_RestoreThread(nogil_);
-  }
-  return finish(self, st, w, async, &b, 1, send ? "gang_send" : "gang_recv");
+  call c = {send ? C_SEND : C_RECV, b.ptr, b.ptr, b.nbytes, 0, 0, peer, tag};
+  return go(self, g, &c, gpy_as_async(a[3]), &b, 1);
 }
 
 static PyObject *m_send(PyObject *self, PyObject *const *args, Py_ssize_t n,
@@ -645,11 +490,11 @@ static PyObject *m_broadcast_bytes(PyObject *self, PyObject *const *args,
   static const char *const names[] = {"data", "source_rank", NULL};
   PyObject *a[2];
   int src;
-  if (parse("broadcast_bytes", args, nargs, kwnames, names, 1, a) < 0 ||
-      as_int(a[1], 0, "source_rank", &src) < 0)
+  if (gpy_parse("broadcast_bytes", args, nargs, kwnames, names, 1, a) < 0 ||
+      gpy_as_int(a[1], 0, "source_rank", &src) < 0)
     return NULL;
   gang_t *g = gpy_gang_handle(self);
-  if (g == NULL || check_source(g, src, "source_rank") < 0)
+  if (g == NULL || gpy_check_rank(g, src, "source_rank") < 0)
     return NULL;
   Py_buffer view = {0};
   int is_src = gang_rank(g) == src;
@@ -724,7 +569,8 @@ static PyObject *m_create_gang(PyObject *self, PyObject *ranks_obj) {
     return PyErr_NoMemory();
   }
   for (Py_ssize_t i = 0; i < n; i++)
-    if (as_int(PySequence_Fast_GET_ITEM(seq, i), 0, "ranks", &ranks[i]) < 0) {
+    if (gpy_as_int(PySequence_Fast_GET_ITEM(seq, i), 0, "ranks", &ranks[i]) <
+        0) {
       PyMem_Free(ranks);
       Py_DECREF(seq);
       return NULL;
@@ -750,9 +596,9 @@ static PyObject *m_split(PyObject *self, PyObject *const *args,
   static const char *const names[] = {"color", "key", NULL};
   PyObject *a[2];
   int color, key;
-  if (parse("split", args, nargs, kwnames, names, 1, a) < 0 ||
-      as_int(a[0], GANG_SPLIT_NOCOLOR, "color", &color) < 0 ||
-      as_int(a[1], 0, "key", &key) < 0)
+  if (gpy_parse("split", args, nargs, kwnames, names, 1, a) < 0 ||
+      gpy_as_int(a[0], GANG_SPLIT_NOCOLOR, "color", &color) < 0 ||
+      gpy_as_int(a[1], 0, "key", &key) < 0)
     return NULL;
   gang_t *g = gpy_gang_handle(self);
   if (g == NULL)
@@ -777,7 +623,7 @@ static PyObject *c_create_default(PyObject *cls, PyObject *const *args,
                                   Py_ssize_t nargs, PyObject *kwnames) {
   static const char *const names[] = {"device", "timeout", "store_addr", NULL};
   PyObject *a[3];
-  if (parse("_create_default", args, nargs, kwnames, names, 0, a) < 0)
+  if (gpy_parse("_create_default", args, nargs, kwnames, names, 0, a) < 0)
     return NULL;
   gang_options o = GANG_OPTIONS_INIT;
   if (a[0] != NULL && a[0] != Py_None && gpy_device_parse(a[0], &o.device) < 0)
@@ -811,8 +657,9 @@ static PyObject *c_create_with_store(PyObject *cls, PyObject *const *args,
                                       "device",     "timeout", NULL};
   PyObject *a[5];
   int rank, size;
-  if (parse("_create_with_store", args, nargs, kwnames, names, 3, a) < 0 ||
-      as_int(a[1], 0, "rank", &rank) < 0 || as_int(a[2], 1, "size", &size) < 0)
+  if (gpy_parse("_create_with_store", args, nargs, kwnames, names, 3, a) < 0 ||
+      gpy_as_int(a[1], 0, "rank", &rank) < 0 ||
+      gpy_as_int(a[2], 1, "size", &size) < 0)
     return NULL;
   const char *addr = PyUnicode_AsUTF8(a[0]);
   if (addr == NULL)
@@ -844,8 +691,9 @@ static PyObject *c_create_fake(PyObject *cls, PyObject *const *args,
   PyObject *a[3];
   int rank, size;
   gang_device d = {GANG_DEVICE_CPU, 0};
-  if (parse("_create_fake", args, nargs, kwnames, names, 0, a) < 0 ||
-      as_int(a[1], 0, "rank", &rank) < 0 || as_int(a[2], 1, "size", &size) < 0)
+  if (gpy_parse("_create_fake", args, nargs, kwnames, names, 0, a) < 0 ||
+      gpy_as_int(a[1], 0, "rank", &rank) < 0 ||
+      gpy_as_int(a[2], 1, "size", &size) < 0)
     return NULL;
   if (a[0] != NULL && a[0] != Py_None && gpy_device_parse(a[0], &d) < 0)
     return NULL;

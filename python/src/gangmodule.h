@@ -97,6 +97,29 @@ extern PyTypeObject gpy_work_type;
 extern PyTypeObject gpy_topology_type;
 extern PyTypeObject gpy_mesh_type;
 
+/* ---- arguments of the collectives (args.c) ---- */
+
+/* Matches positional args then keywords against `names` (NULL-terminated);
+ * out[i] stays NULL when not given; the first `required` are mandatory.
+ * -1 with a TypeError otherwise. */
+int gpy_parse(const char *fn, PyObject *const *args, Py_ssize_t nargs,
+              PyObject *kwnames, const char *const *names, int required,
+              PyObject **out);
+/* An int argument (dflt when absent or None). */
+int gpy_as_int(PyObject *o, int dflt, const char *what, int *out);
+/* Whether async_op was given true. */
+int gpy_as_async(PyObject *o);
+/* A reduce operation: a ReduceOperation, an int 1..5, its name, or
+ * torch.distributed's ReduceOp (SUM when absent). */
+int gpy_as_op(PyObject *o, gang_reduce_op *op);
+/* `arg` (a rank) within the gang. */
+int gpy_check_rank(gang_t *g, int src, const char *arg);
+/* `out` holds `parts` blocks of `in`, of the same dtype. */
+int gpy_check_parts(const gpy_buf *out, const gpy_buf *in, size_t parts,
+                    const char *out_name, const char *in_name);
+/* fairseq2's all_gather checks, for arrays that carry a shape. */
+int gpy_check_gather_shape(const gpy_buf *out, const gpy_buf *in, int size);
+
 /* A new object of `type` (a subclass of _Gang) for handle g. owned: the
  * object destroys g; otherwise `owner` (may be NULL) is kept alive. */
 PyObject *gpy_gang_wrap(PyTypeObject *type, gang_t *g, int owned,
