@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "chaos.h"
+#include "procfs.h"
 #include "gang/store.h"
 
 /* ---- Names and random numbers -------------------------------------------- */
@@ -129,49 +130,13 @@ plan chaos_make_plan(const config *cfg, int trial) {
 
 /* ---- Counting what a process holds --------------------------------------- */
 
-static int count_dir(const char *path) {
-  DIR *d = opendir(path);
-  if (d == NULL)
-    return -1;
-  int n = 0;
-  for (struct dirent *e; (e = readdir(d)) != NULL;)
-    n += e->d_name[0] != '.';
-  closedir(d);
-  return n;
-}
-
-static int count_fds(void) { return count_dir("/proc/self/fd") - 1; }
-static int count_threads(void) { return count_dir("/proc/self/task"); }
+static int count_fds(void) { return procfs_count("/proc/self/fd") - 1; }
+static int count_threads(void) { return procfs_count("/proc/self/task"); }
 
 /* Processes whose parent is `pid`. */
 int chaos_children_of(pid_t pid, pid_t *out, int cap) {
-  DIR *d = opendir("/proc");
-  if (d == NULL)
-    return 0;
-  int n = 0;
-  for (struct dirent *e; (e = readdir(d)) != NULL;) {
-    if (e->d_name[0] < '0' || e->d_name[0] > '9')
-      continue;
-    char path[300], buf[512];
-    snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-      continue;
-    size_t len = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[len] = '\0';
-    char *rp = strrchr(buf, ')');
-    char state;
-    int ppid;
-    if (rp != NULL && sscanf(rp + 1, " %c %d", &state, &ppid) == 2 &&
-        ppid == pid) {
-      if (n < cap)
-        out[n] = (pid_t)atoi(e->d_name);
-      n++;
-    }
-  }
-  closedir(d);
-  return n;
+  int n = procfs_children(pid, NULL, out, cap);
+  return n < 0 ? 0 : n;
 }
 
 /* memfds and /dev/shm entries this process has open or mapped. */

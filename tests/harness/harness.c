@@ -22,6 +22,7 @@
 #include "gang/status.h"
 #include "gang/store.h"
 #include "gang/pg.h"
+#include "procfs.h" /* bench/lib */
 
 /* gcc says __SANITIZE_ADDRESS__, clang __has_feature(address_sanitizer). */
 #if defined(__SANITIZE_ADDRESS__)
@@ -64,19 +65,6 @@ static int64_t now_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static int count_dir(const char *path) {
-  DIR *d = opendir(path);
-  if (d == NULL)
-    return -1;
-  int n = 0;
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL)
-    if (e->d_name[0] != '.')
-      n++;
-  closedir(d);
-  return n;
-}
-
 int gt_out_fd(const char *name) {
   int fd = memfd_create(name, MFD_CLOEXEC);
   if (fd < 0)
@@ -99,7 +87,7 @@ void gt_nap_ms(int ms) {
   nanosleep(&ts, NULL);
 }
 
-int gt_count_fds(void) { return count_dir("/proc/self/fd") - 1; }
+int gt_count_fds(void) { return procfs_count("/proc/self/fd") - 1; }
 
 int gt_count_shm_maps(void) {
   FILE *f = fopen("/proc/self/maps", "r");
@@ -114,39 +102,7 @@ int gt_count_shm_maps(void) {
 }
 
 int gt_children(const char *comm, pid_t *out, int cap) {
-  DIR *d = opendir("/proc");
-  if (d == NULL)
-    return -1;
-  int n = 0;
-  pid_t me = getpid();
-  char want[64] = "";
-  if (comm != NULL)
-    snprintf(want, sizeof want, "(%s)", comm);
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL) {
-    if (e->d_name[0] < '0' || e->d_name[0] > '9')
-      continue;
-    char path[300], buf[512];
-    snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-      continue;
-    size_t len = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[len] = '\0';
-    /* "pid (comm) state ppid ...": comm may hold spaces; parse after ')'. */
-    char *rp = strrchr(buf, ')');
-    char state;
-    int ppid;
-    if (rp == NULL || sscanf(rp + 1, " %c %d", &state, &ppid) != 2 ||
-        ppid != me || (comm != NULL && strstr(buf, want) == NULL))
-      continue;
-    if (n < cap)
-      out[n] = (pid_t)atoi(e->d_name);
-    n++;
-  }
-  closedir(d);
-  return n;
+  return procfs_children(getpid(), comm, out, cap);
 }
 
 int gt_count_children(void) { return gt_children(NULL, NULL, 0); }
@@ -165,7 +121,7 @@ int gt_free_port(void) {
   return port;
 }
 
-int gt_count_threads(void) { return count_dir("/proc/self/task"); }
+int gt_count_threads(void) { return procfs_count("/proc/self/task"); }
 
 int gt_count_threads_settled(int want) {
   int n = gt_count_threads();
