@@ -199,18 +199,28 @@ static gang_status create(const gang_options *opts, const char *store_addr,
       st = gang__error(GANG_NO_MEMORY, "gang: out of memory");
       goto fail;
     }
+    int kernel = 1;
     GANG_CHECK_GOTO(gang__shm_create(w->store, rank, size, w->fabric,
-                                     cfg.deadline, w->hosts, &w->shm,
+                                     cfg.deadline, w->hosts, &kernel, &w->shm,
                                      &w->shm_everywhere),
                     st, fail);
     /* With an arena, its ranks agreed on it (counting the CPUs they may
-     * run on between them); without one, this rank counts its own. */
+     * run on between them); without one, this rank counts its own. Either
+     * way, ranks of other hosts on this kernel (containers, network
+     * namespaces) take the same CPUs: a TCP wait that spins takes the CPU
+     * such a peer needs as surely as a local rank's. */
     int local = 0;
     for (int i = 0; i < size; i++)
       local += w->hosts[i] == w->hosts[rank];
-    if (w->shm != NULL ? gang__shm_oversubscribed(w->shm)
-                       : local > gang__cpus_available())
+    int cpus = gang__cpus_available();
+    if ((w->shm != NULL ? gang__shm_oversubscribed(w->shm) : local > cpus) ||
+        kernel > cpus) {
+      GANG_INFO(INIT,
+                "%d ranks of this world on this machine (%d on this host), "
+                "%d CPUs here: TCP waits spin briefly",
+                kernel, local, cpus);
       gang__fabric_set_oversubscribed(w->fabric);
+    }
   }
   GANG_CHECK_GOTO(gang__pg_net_model(w, rank, size, cfg.deadline), st, fail);
   /* After setup the store only serves timeout diagnoses, which must not

@@ -164,10 +164,14 @@ typedef struct gang__shm_chan {
  * (world size, caller's memory) receives each world rank's host index
  * (ranks on one host share it); *everywhere says whether every rank of the
  * world either has an arena or is alone on its host (the condition for
- * hierarchical collectives, the same answer on every rank). */
+ * hierarchical collectives, the same answer on every rank); *kernel (may
+ * be NULL) how many world ranks run on this kernel -- the same boot,
+ * whatever their host names and namespaces (containers, or the network
+ * namespaces of a cluster in a box, hosts GANG_HOST_ID makes), so they
+ * share its CPUs. */
 gang_status gang__shm_create(gang_store *store, int rank, int size,
                              gang__fabric *fabric, int64_t deadline, int *hosts,
-                             gang__shm **out, bool *everywhere);
+                             int *kernel, gang__shm **out, bool *everywhere);
 
 /* CPUs this process may run on. */
 int gang__cpus_available(void);

@@ -51,12 +51,12 @@ static unsigned long long ns_inode(const char *path) {
  * (process_vm_readv and /proc/<pid> name processes by pid). */
 static void host_identity(char *out, size_t cap) {
   const char *forced = gang__setting_str(GANG_SETTING_HOST_ID);
-  if (forced[0] != '\0') {
-    snprintf(out, cap, "forced:%s", forced);
-    return;
-  }
   char boot[64], host[256];
   read_line("/proc/sys/kernel/random/boot_id", boot, sizeof boot);
+  if (forced[0] != '\0') { /* the boot still first: see same_kernel */
+    snprintf(out, cap, "%s|forced:%s", boot, forced);
+    return;
+  }
   if (gethostname(host, sizeof host) != 0)
     host[0] = '\0';
   host[sizeof host - 1] = '\0';
@@ -307,10 +307,18 @@ static bool cma_probe(gang__shm *s, char *why, size_t cap) {
   return true;
 }
 
+/* Whether two host identities (host_identity, after the "flag|") name
+ * the same kernel boot: their boot ids, before the first '|', agree. */
+static bool same_kernel(const char *a, const char *b) {
+  size_t n = strcspn(a, "|");
+  return n > 0 && strncmp(a, b, n) == 0 && b[n] == '|';
+}
+
 static gang_status create_local(gang_store *store, int rank, int size,
-                                gang__fabric *fabric, int *hosts,
+                                gang__fabric *fabric, int *hosts, int *kernel,
                                 gang__shm **out) {
   *out = NULL;
+  *kernel = 1;
   for (int i = 0; i < size; i++)
     hosts[i] = 0;
   if (size == 1)
@@ -353,6 +361,10 @@ static gang_status create_local(gang_store *store, int rank, int size,
         break;
       }
   }
+  *kernel = 0;
+  for (int i = 0; i < size; i++)
+    *kernel += same_kernel((const char *)v[i] + 2 * (l[i] >= 2),
+                           (const char *)v[rank] + 2 * (l[rank] >= 2));
   for (int i = 0; i < size; i++) {
     local_of[i] = -1;
     if (hosts[i] != hosts[rank])
@@ -495,10 +507,13 @@ done:
 
 gang_status gang__shm_create(gang_store *store, int rank, int size,
                              gang__fabric *fabric, int64_t deadline, int *hosts,
-                             gang__shm **out, bool *everywhere) {
+                             int *kernel, gang__shm **out, bool *everywhere) {
   (void)deadline; /* the store handle's own deadline bounds every wait */
   *everywhere = false;
-  GANG_CHECK(create_local(store, rank, size, fabric, hosts, out));
+  int k = 1;
+  GANG_CHECK(create_local(store, rank, size, fabric, hosts, &k, out));
+  if (kernel != NULL)
+    *kernel = k;
   if (size == 1)
     return GANG_OK;
   /* Hierarchical collectives need every host's ranks to share memory (or

@@ -2,7 +2,8 @@
 # scripts/cluster, the cluster in a box: three hosts with a rate limit;
 # each has its own host name and address and resolves the others by name;
 # gangrun across them (one node each, the store on h0 found by name, a
-# shared secret) runs hello_gang, whose every rank checks its results; a
+# shared secret) runs hello_gang, whose every rank checks its results and,
+# with more ranks on the machine than CPUs, spins briefly in TCP waits; a
 # second `up` of the same cluster is refused; `down` leaves no namespace,
 # bridge or state, also when run twice; with --delay 2ms --rate 100mbit
 # (the delay hub) an 8-byte all_reduce across two hosts takes 2-7 ms,
@@ -33,7 +34,7 @@ secret=$out/secret
 echo "cluster-box-secret" >"$secret"  # the secret stays off every command line
 pids=""
 for i in 0 1 2; do
-  "$cluster" exec $i timeout 60 \
+  "$cluster" exec $i env GANG_DEBUG=INFO GANG_DEBUG_SUBSYS=INIT timeout 60 \
     "$build/tools/gangrun/gangrun" --nnodes 3 --node-rank $i \
     --nproc-per-node 1 --master-addr h0 --master-port 29750 \
     --secret-file "$secret" \
@@ -46,6 +47,13 @@ for i in 0 1 2; do
     bad "host $i: $(tail -n 5 "$out/h$i")"
   grep -q "without authentication" "$out/h$i" &&
     bad "host $i ran without a secret: $(cat "$out/h$i")"
+  # One rank per host, but three on this machine's CPUs: where that is
+  # more than the CPUs, the TCP waits must not spin long (the peers on the
+  # other "hosts" need the CPU).
+  if [ "$(nproc)" -lt 3 ]; then
+    grep -q "3 ranks of this world on this machine (1 on this host), $(nproc) CPUs here: TCP waits spin briefly" "$out/h$i" ||
+      bad "host $i: no short spin with 3 ranks on $(nproc) CPUs: $(grep INIT "$out/h$i" | head -n 5)"
+  fi
 done
 
 "$cluster" down

@@ -42,8 +42,10 @@ static side open_side(int rank, int size) {
   RCHECK_OK(gang__fabric_create(&cfg, &s.f));
   int hosts[2];
   bool everywhere = false;
-  RCHECK_OK(gang__shm_create(s.st, rank, size, s.f, deadline, hosts, &s.shm,
-                             &everywhere));
+  int kernel = 0;
+  RCHECK_OK(gang__shm_create(s.st, rank, size, s.f, deadline, hosts, &kernel,
+                             &s.shm, &everywhere));
+  RCHECK(kernel == size); /* one machine */
   RCHECK(s.shm != NULL && everywhere && hosts[0] == hosts[1]);
   return s;
 }
