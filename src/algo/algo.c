@@ -57,6 +57,15 @@ gang_status gang__algo_sendrecv(algo_ctx *a, int to, const void *sbuf,
   return gang__fabric_run(a->f, x, n, a->deadline, a->what);
 }
 
+void gang__algo_span(size_t count, int parts, int lo, int hi, size_t *off,
+                     size_t *len) {
+  size_t o, l, eo, el;
+  gang__algo_block(count, parts, lo, &o, &l);
+  gang__algo_block(count, parts, hi - 1, &eo, &el);
+  *off = o;
+  *len = eo + el - o;
+}
+
 void gang__algo_block(size_t count, int parts, int i, size_t *off,
                       size_t *len) {
   size_t base = count / (size_t)parts, extra = count % (size_t)parts;

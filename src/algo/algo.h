@@ -49,6 +49,10 @@ gang_status gang__algo_sendrecv(algo_ctx *a, int to, const void *sbuf,
  * at *off and has *len elements (the first count % parts blocks get one
  * more). */
 void gang__algo_block(size_t count, int parts, int i, size_t *off, size_t *len);
+/* Blocks [lo, hi) of that split, one run: *off its first element, *len
+ * its elements. */
+void gang__algo_span(size_t count, int parts, int lo, int hi, size_t *off,
+                     size_t *len);
 
 /* The handlers of run.c (call k as run.h describes it; every rank runs
  * the same one). all_reduce is in place and leaves MEAN as a SUM. */

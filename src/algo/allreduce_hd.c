@@ -49,14 +49,44 @@ static gang_status swap_reduce(algo_ctx *a, int partner, const char *s,
   return GANG_OK;
 }
 
-/* Blocks [lo, hi) of count elements in parts: offset and elements. */
-static void span(size_t count, int parts, int lo, int hi, size_t *off,
-                 size_t *len) {
-  size_t o, l, eo, el;
-  gang__algo_block(count, parts, lo, &o, &l);
-  gang__algo_block(count, parts, hi - 1, &eo, &el);
-  *off = o;
-  *len = eo + el - o;
+/* Where blocks [lo, hi) of a halving lie (first element, elements). */
+typedef void (*range_fn)(const void *arg, int lo, int hi, size_t *off,
+                         size_t *len);
+
+/* The halving: lg p2 steps, each swapping with the partner whose rank
+ * differs in one bit the half of [lo, hi) on its side, and reducing the
+ * half kept; rank r < p2 ends holding the reduced block r. */
+static gang_status halve(algo_ctx *a, char *buf, int p2, range_fn range,
+                         const void *arg, void *tmp, gang_dtype dt,
+                         gang_reduce_op op) {
+  size_t es = gang_dtype_size(dt);
+  int r = a->rank, lo = 0, hi = p2;
+  uint32_t step = 0;
+  for (int mask = p2 / 2; mask >= 1; mask /= 2, step++) {
+    int mid = lo + (hi - lo) / 2, partner = r ^ mask;
+    int klo = r & mask ? mid : lo, khi = r & mask ? hi : mid;
+    int slo = r & mask ? lo : mid, shi = r & mask ? mid : hi;
+    size_t ko, kl, so, sl;
+    range(arg, klo, khi, &ko, &kl);
+    range(arg, slo, shi, &so, &sl);
+    GANG_CHECK(swap_reduce(a, partner, buf + so * es, sl, buf + ko * es, kl,
+                           tmp, dt, op, TAG_HALVE + step));
+    lo = klo;
+    hi = khi;
+  }
+  return GANG_OK;
+}
+
+/* all_reduce's blocks: count elements in p2 nearly equal blocks. */
+typedef struct even {
+  size_t count;
+  int parts;
+} even;
+
+static void even_range(const void *arg, int lo, int hi, size_t *off,
+                       size_t *len) {
+  const even *e = arg;
+  gang__algo_span(e->count, e->parts, lo, hi, off, len);
 }
 
 gang_status gang__algo_allreduce_hd(algo_ctx *a, const algo_call *k) {
@@ -83,29 +113,16 @@ gang_status gang__algo_allreduce_hd(algo_ctx *a, const algo_call *k) {
     GANG_CHECK(
         swap_reduce(a, r + p2, NULL, 0, buf, count, tmp, dt, op, TAG_FOLD));
   /* Halving: keep the half of [lo, hi) on this rank's side of the bit. */
-  int lo = 0, hi = p2;
-  uint32_t step = 0;
-  for (int mask = p2 / 2; mask >= 1; mask /= 2, step++) {
-    int mid = lo + (hi - lo) / 2, partner = r ^ mask;
-    int klo = r & mask ? mid : lo, khi = r & mask ? hi : mid;
-    int slo = r & mask ? lo : mid, shi = r & mask ? mid : hi;
-    size_t ko, kl, so, sl;
-    span(count, p2, klo, khi, &ko, &kl);
-    span(count, p2, slo, shi, &so, &sl);
-    GANG_CHECK(swap_reduce(a, partner, buf + so * es, sl, buf + ko * es, kl,
-                           tmp, dt, op, TAG_HALVE + step));
-    lo = klo;
-    hi = khi;
-  }
+  GANG_CHECK(halve(a, buf, p2, even_range, &(even){count, p2}, tmp, dt, op));
   /* Doubling: swap the reduced blocks held for the partner's. */
-  step = 0;
+  uint32_t step = 0;
   for (int mask = 1; mask < p2; mask *= 2, step++) {
     int base = r & ~(2 * mask - 1); /* the pair's 2 * mask blocks */
     int mine = r & mask ? base + mask : base;
     int theirs = r & mask ? base : base + mask;
     size_t mo, ml, to, tl;
-    span(count, p2, mine, mine + mask, &mo, &ml);
-    span(count, p2, theirs, theirs + mask, &to, &tl);
+    gang__algo_span(count, p2, mine, mine + mask, &mo, &ml);
+    gang__algo_span(count, p2, theirs, theirs + mask, &to, &tl);
     GANG_CHECK(gang__algo_sendrecv(a, ml ? r ^ mask : -1, buf + mo * es,
                                    ml * es, tl ? r ^ mask : -1, buf + to * es,
                                    tl * es, TAG_DOUBLE + step));
@@ -126,6 +143,18 @@ gang_status gang__algo_allreduce_hd(algo_ctx *a, const algo_call *k) {
  * the halving's reduces (docs/algorithms.md). */
 static size_t group_at(size_t count, int extra, int j) {
   return count * (size_t)(j + (j < extra ? j : extra));
+}
+
+typedef struct groups {
+  size_t count;
+  int extra;
+} groups;
+
+static void group_range(const void *arg, int lo, int hi, size_t *off,
+                        size_t *len) {
+  const groups *g = arg;
+  *off = group_at(g->count, g->extra, lo);
+  *len = group_at(g->count, g->extra, hi) - *off;
 }
 
 gang_status gang__algo_reduce_scatter_halving(algo_ctx *a, const algo_call *k) {
@@ -167,20 +196,8 @@ gang_status gang__algo_reduce_scatter_halving(algo_ctx *a, const algo_call *k) {
   if (r < extra)
     GANG_CHECK(
         swap_reduce(a, r + p2, NULL, 0, stage, total, tmp, dt, op, TAG_FOLD));
-  int lo = 0, hi = p2;
-  uint32_t step = 0;
-  for (int mask = p2 / 2; mask >= 1; mask /= 2, step++) {
-    int mid = lo + (hi - lo) / 2, partner = r ^ mask;
-    int klo = r & mask ? mid : lo, khi = r & mask ? hi : mid;
-    int slo = r & mask ? lo : mid, shi = r & mask ? mid : hi;
-    size_t ko = group_at(count, extra, klo), so = group_at(count, extra, slo);
-    size_t kl = group_at(count, extra, khi) - ko;
-    size_t sl = group_at(count, extra, shi) - so;
-    GANG_CHECK(swap_reduce(a, partner, stage + so * es, sl, stage + ko * es, kl,
-                           tmp, dt, op, TAG_HALVE + step));
-    lo = klo;
-    hi = khi;
-  }
+  GANG_CHECK(
+      halve(a, stage, p2, group_range, &(groups){count, extra}, tmp, dt, op));
   char *mine = stage + group_at(count, extra, r) * es;
   memcpy(k->out, mine, bytes);
   if (r < extra)

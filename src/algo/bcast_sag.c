@@ -15,11 +15,9 @@
 /* Bytes of blocks [lo, hi) of `count` elements in p blocks. */
 static void blocks(size_t count, size_t es, int p, int lo, int hi, size_t *off,
                    size_t *len) {
-  size_t o, l, eo, el;
-  gang__algo_block(count, p, lo, &o, &l);
-  gang__algo_block(count, p, hi - 1, &eo, &el);
-  *off = o * es;
-  *len = (eo + el - o) * es;
+  gang__algo_span(count, p, lo, hi, off, len);
+  *off *= es;
+  *len *= es;
 }
 
 gang_status gang__algo_bcast_sag(algo_ctx *a, const algo_call *k) {

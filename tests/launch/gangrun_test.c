@@ -161,13 +161,9 @@ char *env_at(const char *out, const char *who, const char *name) {
 
 /* The value of "ENV NAME=" in rank r's lines. */
 char *env_of(const char *out, int rank, const char *name) {
-  char pat[128];
-  snprintf(pat, sizeof pat, "[rank%d]:ENV %s=", rank, name);
-  const char *p = strstr(out, pat);
-  if (p == NULL)
-    fail_msg("no %s for rank %d in:\n%s", name, rank, out);
-  p += strlen(pat);
-  return strndup(p, strcspn(p, "\n"));
+  char who[32];
+  snprintf(who, sizeof who, "rank%d", rank);
+  return env_at(out, who, name);
 }
 
 /* Whether `port` on 127.0.0.1 can be bound now. */
