@@ -24,6 +24,7 @@ void gang__fabric_set_oversubscribed(gang__fabric *f) {
   pthread_mutex_lock(&f->mu);
   if (f->spin_ns > 50000)
     f->spin_ns = 50000;
+  f->busy_ns = 0;
   pthread_mutex_unlock(&f->mu);
 }
 
@@ -286,7 +287,7 @@ gang_status gang__fabric_wait(gang__fabric *f, gang__xgroup *grp, gang__xfer *x,
          * microseconds), then hand the CPU over between passes in case the
          * peer waits for it. */
         pthread_mutex_unlock(&f->mu);
-        if (now - (spin_until - f->spin_ns) >= 20000)
+        if (now - (spin_until - f->spin_ns) >= f->busy_ns)
           sched_yield();
         pthread_mutex_lock(&f->mu);
       } else {

@@ -160,6 +160,7 @@ struct gang__fabric {
   void (*fail_hook)(void *arg, gang_status st, const char *reason);
   void *fail_arg;
   int64_t spin_ns;  /* GANG_TCP_SPIN_US */
+  int64_t busy_ns;  /* of the spin, the first stretch without yielding */
   size_t piece;     /* GANG_TCP_PIECE, 0: sends are never paced */
   size_t early_max; /* GANG_TCP_EARLY_MAX */
   bool piece_set;   /* ... by the user; else chosen per connection */

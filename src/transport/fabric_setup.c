@@ -502,6 +502,7 @@ static gang_status fabric_alloc(int rank, int size, gang__fabric **out) {
     goto fail;
   }
   f->spin_ns = spin_us * 1000;
+  f->busy_ns = 20000;
   f->sockbuf = (int)sockbuf;
   GANG_CHECK_GOTO(cc_setting(f), st, fail);
   f->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
