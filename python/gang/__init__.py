@@ -9,7 +9,7 @@ libgang. docs/python.md maps every name to its C call.
 
 import sys
 
-from . import _gang
+from . import _core, _gang
 from ._core import FakeGang, Gang, ProcessGroupGang, ReduceOperation, get_world_gang
 from ._gang import (
     AbortedError,
@@ -49,6 +49,15 @@ from .device import Device, get_default_device
 from .device_mesh import DeviceMesh, init_device_mesh
 from .distributed_utils import all_gather_list, all_reduce_dict, broadcast_object
 from . import ft  # noqa: E402  (torchft's names: gang.ft.Manager, ...)
+
+
+def _load_torch_backend():
+    from . import torch_backend
+
+    return torch_backend
+
+
+_core._torch_backend_loader = _load_torch_backend
 
 
 def _register_torch_backend(dist):

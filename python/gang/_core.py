@@ -110,6 +110,17 @@ class FakeGang(Gang):
         pass
 
 
+# gang.torch_backend builds on this module, so this module does not import
+# it: the package (gang/__init__.py) sets the loader, run on first use.
+_torch_backend_loader = None
+
+
+def _torch_backend():
+    if _torch_backend_loader is None:
+        raise ImportError("gang.torch_backend is loaded by the gang package; import gang")
+    return _torch_backend_loader()
+
+
 _world_lock = threading.Lock()
 _world = None  # the gang of create_default_process_group
 
@@ -165,7 +176,7 @@ class ProcessGroupGang(Gang):
     @property
     def supports_process_group(self):
         try:
-            from . import torch_backend  # noqa: F401
+            _torch_backend()
         except ImportError:
             return False
         return True
@@ -173,10 +184,10 @@ class ProcessGroupGang(Gang):
     def as_process_group(self):
         """A torch ProcessGroup over this gang's connections."""
         try:
-            from . import torch_backend
+            backend = _torch_backend()
         except ImportError as e:
             raise NotSupportedError(f"the torch backend of gang is not available: {e}") from e
-        return torch_backend.process_group_of(self)
+        return backend.process_group_of(self)
 
     def close(self):
         global _world

@@ -32,7 +32,7 @@ from torch._C._distributed_c10d import (
 from . import _gang, _gang_torch
 from ._gang import InvalidArgumentError, InvalidUsageError, NotSupportedError
 from .device_mesh import DeviceMesh
-from .ft import (
+from ._ft import (
     BabyGang,
     DummyGang,
     ErrorSwallowingGang,
