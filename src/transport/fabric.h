@@ -69,7 +69,7 @@ typedef struct gang__xfer {
    * completes (no send from it is in flight). The fabric may then read
    * the next frame on the connection into it on the bet that it is this
    * receive's, and move the bytes out again when it is not (read_posted
-   * in fabric.c). */
+   * in fabric_recv.c). */
   bool owns_buf;
 
   TAILQ_ENTRY(gang__xfer) link; /* engine: queue link */

@@ -1,10 +1,12 @@
 /* The TCP fabric's parts, shared by its files, which call one way:
- * fabric_engine.c and fabric_setup.c use fabric.c, never the reverse.
+ * fabric_engine.c and fabric_setup.c use fabric_recv.c and fabric.c,
+ * fabric_recv.c uses fabric.c, never the reverse.
  *
- *   fabric.c         connections: framing, sending queued transfers,
- *                    reading frames and matching them to receives or
- *                    keeping them early; failure (the fabric fails, tells
- *                    its peers, completes every transfer)
+ *   fabric.c         connections: framing, sending queued transfers;
+ *                    failure (the fabric fails, tells its peers, completes
+ *                    every transfer)
+ *   fabric_recv.c    reading frames and matching them to receives or
+ *                    keeping them early; a peer's departure
  *   fabric_engine.c  registration of transfers, the progress pass and the
  *                    wait loop: the calls of fabric.h that move bytes
  *   fabric_setup.c   connecting the world (hello, connect and accept, TCP
@@ -202,6 +204,9 @@ void gang__fabric_encode_header(uint8_t *h, uint32_t kind, uint32_t tag,
 size_t gang__fabric_send_limit(gang__fabric *f, const gang__xfer *x);
 /* Writes queued sends until the socket is full or the head send is paced. */
 void gang__fabric_push_sends(gang__fabric *f, gang__fabric_conn *c);
+
+/* ---- fabric_recv.c: receiving ---- */
+
 /* Reads whatever has arrived on c and consumes it. */
 void gang__fabric_pull(gang__fabric *f, gang__fabric_conn *c);
 /* Whether c holds a deferred message nobody can take yet. */
