@@ -70,6 +70,7 @@
 #include <unistd.h>
 
 #include "chaos.h"
+#include "procfs.h"
 #include "gang/store.h"
 #include "store_proc.h"
 
@@ -584,33 +585,6 @@ static void print_summary(const config *cfg, totals *tot, double wall) {
          pct(&tot->destroy, 50), pct(&tot->destroy, 100), tot->shm_trials);
 }
 
-static void loadavg(double out[3]) {
-  out[0] = out[1] = out[2] = -1;
-  FILE *f = fopen("/proc/loadavg", "r");
-  if (f != NULL) {
-    if (fscanf(f, "%lf %lf %lf", &out[0], &out[1], &out[2]) != 3)
-      out[0] = -1;
-    fclose(f);
-  }
-}
-
-static void cpu_model(char *out, size_t cap) {
-  snprintf(out, cap, "unknown");
-  FILE *f = fopen("/proc/cpuinfo", "r");
-  char line[256];
-  while (f != NULL && fgets(line, sizeof line, f) != NULL) {
-    char *c = strchr(line, ':');
-    if (strncmp(line, "model name", 10) == 0 && c != NULL) {
-      c += 1 + (c[1] == ' ');
-      c[strcspn(c, "\n")] = '\0';
-      snprintf(out, cap, "%s", c);
-      break;
-    }
-  }
-  if (f != NULL)
-    fclose(f);
-}
-
 typedef struct run_info {
   time_t start;
   double wall, load0[3], load1[3];
@@ -622,7 +596,7 @@ static void write_json(FILE *json, const config *cfg, totals *tot,
                        const run_info *ri, const char *records) {
   char date[32], cpu[160];
   strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&ri->start));
-  cpu_model(cpu, sizeof cpu);
+  procfs_cpu_model(cpu, sizeof cpu);
   fprintf(json, "{\n \"date\": \"%s\",\n \"commit\": \"%s\",\n", date,
           cfg->commit ? cfg->commit : "");
   fprintf(json, " \"command\": \"");
@@ -792,7 +766,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   run_info ri = {.start = time(NULL), .argc = argc, .argv = argv};
-  loadavg(ri.load0);
+  procfs_loadavg(ri.load0);
   int64_t t0 = chaos_now_ns();
   totals tot;
   memset(&tot, 0, sizeof tot);
@@ -800,7 +774,7 @@ int main(int argc, char **argv) {
     if (cfg.only < 0 || t == cfg.only)
       run_trial(&cfg, t, port, store, sh, &tot, records);
   ri.wall = (chaos_now_ns() - t0) / 1e9;
-  loadavg(ri.load1);
+  procfs_loadavg(ri.load1);
   kill(store, SIGKILL);
   waitpid(store, NULL, 0);
   print_summary(&cfg, &tot, ri.wall);

@@ -1,6 +1,7 @@
 /* What a process holds and which processes it started, read from /proc:
  * shared by the test harness (tests/harness) and the chaos benchmark
- * (bench/chaos_rank.c), which check that nothing outlives a gang.
+ * (bench/chaos_rank.c), which check that nothing outlives a gang; and the
+ * machine a benchmark ran on (bench/chaos_bench.c's record).
  * Header-only (static inline): the benchmark links only libgang's public
  * API, and the harness no bench library. */
 #ifndef GANG_BENCH_PROCFS_H
@@ -61,6 +62,35 @@ static inline int procfs_children(pid_t parent, const char *comm, pid_t *out,
   }
   closedir(d);
   return n;
+}
+
+/* The 1, 5 and 15 minute load averages; out[0] is -1 when unknown. */
+static inline void procfs_loadavg(double out[3]) {
+  out[0] = out[1] = out[2] = -1;
+  FILE *f = fopen("/proc/loadavg", "r");
+  if (f != NULL) {
+    if (fscanf(f, "%lf %lf %lf", &out[0], &out[1], &out[2]) != 3)
+      out[0] = -1;
+    fclose(f);
+  }
+}
+
+/* The first CPU's model name, "unknown" when /proc/cpuinfo has none. */
+static inline void procfs_cpu_model(char *out, size_t cap) {
+  snprintf(out, cap, "unknown");
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  char line[256];
+  while (f != NULL && fgets(line, sizeof line, f) != NULL) {
+    char *c = strchr(line, ':');
+    if (strncmp(line, "model name", 10) == 0 && c != NULL) {
+      c += 1 + (c[1] == ' ');
+      c[strcspn(c, "\n")] = '\0';
+      snprintf(out, cap, "%s", c);
+      break;
+    }
+  }
+  if (f != NULL)
+    fclose(f);
 }
 
 #endif
