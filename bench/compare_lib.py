@@ -3,8 +3,6 @@ running each library, combining and printing the figures, the --load
 background conditions and the run's record in bench/results/. bench/compare
 is its command line."""
 
-import argparse
-import datetime
 import json
 import os
 import resource
@@ -386,42 +384,56 @@ def arrival_table(sizes, comb, libs, peers):
 
 
 def plot(coll, comb, libs, args, out_dir):
-    """busbw against size, log-log, one line per library."""
-    if coll == "barrier" or not shutil.which("gnuplot"):
-        return None
+    """Time and busbw against size, log-log, one line per library (the
+    drawing bench/plot makes of a stored run)."""
     png = os.path.join(out_dir, f"compare-{args.mode}-{coll}.png")
-    with tempfile.TemporaryDirectory(prefix="gang-compare-plot-") as tmp:
-        plots = []
-        for lib in libs:
-            pts = [(s, r["busbw_gbs"]) for s, r in
-                   sorted(comb.get(lib, {}).items())
-                   if r["busbw_gbs"] and s > 0]
-            if not pts:
-                continue
-            dat = os.path.join(tmp, f"{lib}.dat")
-            with open(dat, "w") as f:
-                for s, bw in pts:
-                    f.write(f"{s} {bw}\n")
-            title = LABEL[lib]
-            if lib == "gloo" and coll == "all_reduce":
-                title += " (best algorithm)"
-            plots.append(f"'{dat}' using 1:2 with linespoints lw 2 "
-                         f"title '{title}'")
-        if not plots:
-            return None
+    lines = [(LABEL[lib] + (" (best algorithm)" if lib == "gloo" and
+                            coll == "all_reduce" else ""), comb.get(lib, {}))
+             for lib in libs]
+    title = (f"{coll}: {args.np} ranks, {args.mode} mode "
+             f"(median of {args.reps} interleaved reps)")
+    return png if draw(coll, lines, png, title) else None
+
+
+def draw(coll, lines, png, title):
+    """Draws [(title, {size: {"time_us", "busbw_gbs"}})] into png: time
+    and busbw against size, log scales, one line each; False when there is
+    nothing to draw (barrier, no figures) or no gnuplot."""
+    lines = [(t, f) for t, f in lines
+             if any(s > 0 and v.get("time_us") for s, v in f.items())]
+    if coll == "barrier" or not lines or not shutil.which("gnuplot"):
+        return False
+    with tempfile.TemporaryDirectory(prefix="gang-plot-") as tmp:
+        series = {"time_us": [], "busbw_gbs": []}
+        for i, (t, f) in enumerate(lines):
+            dat = os.path.join(tmp, f"{i}.dat")
+            with open(dat, "w") as out:
+                for s in sorted(f):
+                    v = f[s]
+                    if s > 0:
+                        out.write(f"{s} {v.get('time_us') or 'NaN'} "
+                                  f"{v.get('busbw_gbs') or 'NaN'}\n")
+            t = t.replace("'", "")
+            series["time_us"].append(f"'{dat}' using 1:2 with linespoints "
+                                     f"lw 2 title '{t}'")
+            series["busbw_gbs"].append(f"'{dat}' using 1:3 with linespoints "
+                                       f"lw 2 title '{t}'")
         script = "\n".join([
-            "set terminal pngcairo size 900,560 noenhanced",
+            "set terminal pngcairo size 1400,560 noenhanced",
             f"set output '{png}'",
-            f"set title '{coll}: {args.np} ranks, {args.mode} mode "
-            f"(median of {args.reps} interleaved reps)'",
-            "set logscale x 2", "set logscale y 10",
+            f"set multiplot layout 1,2 title '{title}'",
+            "set logscale x 2", "set logscale y 10", "set grid",
             "set format x '%.0b%B'", "set format y '%g'",
-            "set xlabel 'size (bytes)'", "set ylabel 'busbw (GB/s)'",
-            "set grid", "set key top left",
-            "plot " + ", ".join(plots), ""])
-        subprocess.run(["gnuplot"], input=script, text=True, check=True,
-                       timeout=60)
-    return png
+            "set xlabel 'size (bytes)'", "set key top left",
+            "set ylabel 'time (us)'",
+            "plot " + ", ".join(series["time_us"]),
+            "set ylabel 'busbw (GB/s)'",
+            "plot " + ", ".join(series["busbw_gbs"]),
+            "unset multiplot", ""])
+        done = subprocess.run(["gnuplot"], input=script, text=True,
+                              timeout=60)
+    return done.returncode == 0
+
 
 
 # ---- On a busy machine (--load) -------------------------------------------
