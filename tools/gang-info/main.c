@@ -20,12 +20,36 @@
 #endif
 
 static void usage(FILE *out) {
-  fprintf(out, "usage: gang-info [--help]\n"
+  fprintf(out, "usage: gang-info [--algorithms] [--help]\n"
                "Prints gang's version, build options, settings and the table\n"
-               "that chooses collective algorithms.\n");
+               "that chooses collective algorithms; --algorithms: only the "
+               "table\n"
+               "and where the link model switches (docs/algorithms.md quotes "
+               "it).\n");
+}
+
+/* The selection table with GANG_ALGO's overrides, and the link model's
+ * switches; 1 if GANG_ALGO is malformed. */
+static int print_algorithms(void) {
+  algo_choice choice;
+  if (gang__algo_choice_parse(gang__setting_str(GANG_SETTING_ALGO), &choice) !=
+      GANG_OK) {
+    printf("%s\n", gang_last_error());
+    gang__algo_table_print(stdout, NULL);
+    return 1;
+  }
+  gang__algo_table_print(stdout, &choice);
+  int64_t us = 0, bw = 0;
+  if (gang__setting_int(GANG_SETTING_NET_LATENCY_US, &us) == GANG_OK &&
+      gang__setting_int(GANG_SETTING_NET_BANDWIDTH, &bw) == GANG_OK && us > 0 &&
+      bw > 0)
+    gang__algo_model_print(stdout, (double)us * 1000, 1e9 / (double)bw);
+  return 0;
 }
 
 int main(int argc, char **argv) {
+  if (argc == 2 && strcmp(argv[1], "--algorithms") == 0)
+    return print_algorithms();
   if (argc > 1) {
     int help = strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0;
     usage(help ? stdout : stderr);
@@ -58,18 +82,5 @@ int main(int argc, char **argv) {
     }
   }
   printf("\n");
-  algo_choice choice;
-  if (gang__algo_choice_parse(gang__setting_str(GANG_SETTING_ALGO), &choice) !=
-      GANG_OK) {
-    printf("%s\n", gang_last_error());
-    gang__algo_table_print(stdout, NULL);
-    return 1;
-  }
-  gang__algo_table_print(stdout, &choice);
-  int64_t us = 0, bw = 0;
-  if (gang__setting_int(GANG_SETTING_NET_LATENCY_US, &us) == GANG_OK &&
-      gang__setting_int(GANG_SETTING_NET_BANDWIDTH, &bw) == GANG_OK && us > 0 &&
-      bw > 0)
-    gang__algo_model_print(stdout, (double)us * 1000, 1e9 / (double)bw);
-  return bad;
+  return print_algorithms() | bad;
 }
