@@ -193,38 +193,41 @@ class Job:
         self.reader = threading.Thread(target=self.read, daemon=True)
         self.reader.start()
 
-    def read(self):
-        for raw in self.proc.stdout:
-            line = raw.rstrip("\n")
-            m = LINE.match(line)
-            now = time.monotonic()
-            with self.lock:
-                if m is None:
-                    self.other.append(line)
-                    if self.args.verbose:
-                        print(line, flush=True)
-                    continue
-                g, rank, rest = int(m.group(1)), int(m.group(2)), m.group(3)
-                if rest.startswith("group ") and rank == 0:
-                    self.starts[g].append(now)
-                    continue
-                kv = parse_kv(rest)
-                if rest.startswith("done"):
-                    self.done.append((g, rank, kv))
-                elif "step" in kv and "quorum" in kv:
-                    self.steps.append((g, kv))
-                    if kv["commit"]:
-                        self.commits.append(
-                            (kv["t"], g, len(self.starts[g]), kv))
-                        self.last_commit = now
-                    if self.args.verbose:
-                        print(line, flush=True)
-                    elif kv["step"] % self.args.print_every == 0 and \
-                            kv["commit"]:
-                        print(f"group {g}: step {kv['step']:5d}  quorum "
-                              f"{kv['quorum']:4d}  participants "
-                              f"{kv['participants']}  loss {kv['loss']:.5f}",
-                              flush=True)
+    def read(self, stream=None):
+        for raw in stream or self.proc.stdout:
+            self.take(raw.rstrip("\n"))
+
+    def take(self, line):
+        """One line of a group's output (gangrun's [g<G>/rank<R>]: prefix)."""
+        m = LINE.match(line)
+        now = time.monotonic()
+        with self.lock:
+            if m is None:
+                self.other.append(line)
+                if self.args.verbose:
+                    print(line, flush=True)
+                return
+            g, rank, rest = int(m.group(1)), int(m.group(2)), m.group(3)
+            if rest.startswith("group ") and rank == 0:
+                self.starts[g].append(now)
+                return
+            kv = parse_kv(rest)
+            if rest.startswith("done"):
+                self.done.append((g, rank, kv))
+            elif "step" in kv and "quorum" in kv:
+                self.steps.append((g, kv))
+                if kv["commit"]:
+                    self.commits.append(
+                        (kv["t"], g, len(self.starts[g]), kv))
+                    self.last_commit = now
+                if self.args.verbose:
+                    print(line, flush=True)
+                elif kv["step"] % self.args.print_every == 0 and \
+                        kv["commit"]:
+                    print(f"group {g}: step {kv['step']:5d}  quorum "
+                          f"{kv['quorum']:4d}  participants "
+                          f"{kv['participants']}  loss {kv['loss']:.5f}",
+                          flush=True)
 
     def max_step(self):
         with self.lock:
@@ -508,9 +511,12 @@ def oracle(dump, ref_dump, nproc, tol):
     return bad, worst
 
 
-def run(args, groups, steps, faulty, dump, rng, env, lh):
-    job = Job(args, groups, steps, lh.port, env, dump, faulty)
-    chaos = Chaos(job, lh, args, rng)
+def run(args, groups, steps, faulty, dump, rng, env, lh, job_class=None,
+        chaos_class=None):
+    """Runs the job (a Job, or job_class's) with faults drawn by a Chaos
+    (or chaos_class's) until it ends: the job, the faults, the hangs."""
+    job = (job_class or Job)(args, groups, steps, lh.port, env, dump, faulty)
+    chaos = (chaos_class or Chaos)(job, lh, args, rng)
     kinds = args.kinds
     deck = []
     hangs = 0
@@ -577,8 +583,9 @@ def run(args, groups, steps, faulty, dump, rng, env, lh):
     return job, chaos.faults, hangs
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__,
+def parser(doc=__doc__):
+    """The command line, which examples/train_ft_hosts.py extends."""
+    ap = argparse.ArgumentParser(description=doc,
                                  formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--build", default="build/release")
     ap.add_argument("--worker", choices=["c", "python"], default="c",
@@ -623,8 +630,13 @@ def main():
     ap.add_argument("--json", help="write every figure here")
     ap.add_argument("--print-every", type=int, default=20)
     ap.add_argument("--verbose", action="store_true")
+    return ap
+
+
+def parse(ap, faults=FAULTS):
+    """The arguments, checked, with the faults' kinds and the steps."""
     args = ap.parse_args()
-    args.kinds = FAULTS if args.faults == "all" else args.faults.split(",")
+    args.kinds = faults if args.faults == "all" else args.faults.split(",")
     if args.worker == "python":
         args.nproc = 1
         if args.faults in ("all", ap.get_default("faults")):
@@ -635,8 +647,8 @@ def main():
                 ap.error(f"fault '{k}' needs groups of several ranks: the "
                          f"python worker's have one")
     for k in args.kinds:
-        if k not in FAULTS:
-            ap.error(f"unknown fault '{k}': {', '.join(FAULTS)}")
+        if k not in faults:
+            ap.error(f"unknown fault '{k}': {', '.join(faults)}")
     if args.steps == 0:
         # A fault waits until every group is back and has committed since
         # the last one (a stopped group is away for seconds), and none
@@ -646,11 +658,16 @@ def main():
     if args.seed is None:
         args.seed = random.SystemRandom().randrange(1 << 31)
     print(f"train_ft.py: seed {args.seed}", flush=True)
+    return args
+
+
+def main():
+    args = parse(parser())
     rng = random.Random(args.seed)
     env = dict(os.environ)
     env.setdefault("GANG_STORE_SECRET", os.urandom(16).hex())
     tmp = tempfile.mkdtemp(prefix="train_ft-")
-    ok, problems = True, []
+    problems = []
     lh = Lighthouse(args, env)
     try:
         ref = os.path.join(tmp, "ref")
@@ -667,6 +684,15 @@ def main():
                                  lh)
     finally:
         lh.close()
+    return judge(args, job, faults, hangs, dump, ref, tmp, problems)
+
+
+def judge(args, job, faults, hangs, dump, ref, tmp, problems, more=None):
+    """Checks what must hold after the run (beside the problems already
+    found), prints the summary and PASS or FAIL, and returns the exit
+    status. more(job, faults), if given, returns further problems and
+    lines to print (the checks of a run across hosts)."""
+    problems = list(problems)
     rc = job.proc.returncode
     if rc != 0:
         problems.append(f"exit status {rc}")
@@ -710,6 +736,10 @@ def main():
                         f"{'never came' if f.get('next_commit_ms') is None else '%.0f ms later' % f['next_commit_ms']}"
                         f" (bound {(hb_s + args.detect_slack_s) * 1000:.0f} "
                         f"ms)")
+    extra_lines = []
+    if more is not None:
+        extra, extra_lines = more(job, faults)
+        problems += extra
     ok = not problems
     kinds = {}
     for f in faults:
@@ -737,6 +767,8 @@ def main():
         for k, v in sorted(by.items()):
             print(f"  {k:15s} n {len(v):3d}  median {statistics.median(v):5.0f} ms"
                   f"  p90 {pct(v, 90):5.0f} ms  max {max(v):5.0f} ms")
+    for line in extra_lines:
+        print(line)
     for p in problems[:20]:
         print(f"train_ft.py: {p}")
     if args.json:
