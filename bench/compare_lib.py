@@ -278,9 +278,10 @@ def bus_factor(coll, n):
 
 
 def combine(samples, coll, n):
-    """samples[lib][size] = list of (time_us, algo, spread_us, after_us)
-    over repetitions -> figures per lib and size: median time, its busbw,
-    reps, best algo, and with --arrival the medians of the other two."""
+    """samples[lib][size] = list of (time_us, algo, spread_us, after_us,
+    loop_us) over repetitions -> figures per lib and size: median time, its
+    busbw, reps, best algo, the median loop time per call, and with
+    --arrival the medians of the arrival split."""
     res = {}
     for lib, by_size in samples.items():
         res[lib] = {}
@@ -294,6 +295,9 @@ def combine(samples, coll, n):
                                  if med > 0 and coll != "barrier" else None)}
             if algos:
                 row["algo"] = max(set(algos), key=algos.count)
+            loops = [v[4] for v in vals if len(v) > 4 and v[4]]
+            if loops:
+                row["loop_us"] = statistics.median(loops)
             split = [v for v in vals if v[2] is not None and v[3] is not None]
             if split:
                 row["spread_us"] = statistics.median(v[2] for v in split)
@@ -346,6 +350,8 @@ def markdown(coll, comb, libs, args):
             r = comb.get("gloo", {}).get(s)
             cells.append(r.get("algo", "—") if r else "—")
         lines.append("| " + " | ".join(cells) + " |")
+    if getattr(args, "loop", False):
+        lines += loop_table(sizes, comb, libs, peers)
     if args.arrival:
         lines += arrival_table(sizes, comb, libs, peers)
     lines.append("")
@@ -354,6 +360,26 @@ def markdown(coll, comb, libs, args):
                  (" Gloo has no shared-memory transport: it is TCP in both "
                   "modes." if args.mode == "shm" and "gloo" in libs else ""))
     return "\n".join(lines)
+
+
+def loop_table(sizes, comb, libs, peers):
+    """--loop: each library's wall time per call over its timed loop (the
+    slowest rank's), and gang/peer of it."""
+    head = ["size"] + [f"{LABEL[lib]} µs/call" for lib in libs] + \
+        [f"loop gang/{LABEL[p]}" for p in peers]
+    lines = ["", "Time per call over the timed loop (docs/benchmarking.md):",
+             "", "| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
+    for s in sizes:
+        g = comb.get("gang", {}).get(s, {}).get("loop_us")
+        cells = [fmt_size(s)]
+        for lib in libs:
+            v = comb.get(lib, {}).get(s, {}).get("loop_us")
+            cells.append(f"{v:.1f}" if v else "—")
+        for p in peers:
+            v = comb.get(p, {}).get(s, {}).get("loop_us")
+            cells.append(f"{g / v:.2f}" if g and v else "—")
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
 
 
 def arrival_table(sizes, comb, libs, peers):

@@ -169,8 +169,9 @@ static int measure(run_state *st, const bench_call *c, bench_result *res) {
     if (rc != 0)
       goto out;
   }
-  double cpu_frac = (bench_cpu_us() - cpu0) / (now_us() - wall0);
-  if ((rc = b->max_f64(b->ctx, &cpu_frac, 1)) != 0)
+  double wall = now_us() - wall0;
+  double loop[2] = {(bench_cpu_us() - cpu0) / wall, wall / (double)n};
+  if ((rc = b->max_f64(b->ctx, loop, 2)) != 0)
     goto out;
   if (st->arrival != NULL) {
     if ((rc = b->max_f64(b->ctx, st->arrival, 3 * n)) != 0)
@@ -180,7 +181,8 @@ static int measure(run_state *st, const bench_call *c, bench_result *res) {
   if ((rc = b->max_f64(b->ctx, st->times, n)) != 0)
     goto out;
   res->t = bench_timing_of(st->times, n, st->sorted);
-  res->t.cpu_frac = cpu_frac;
+  res->t.cpu_frac = loop[0];
+  res->t.loop_us = loop[1];
   res->ran = 1;
   double us = res->t.median_us;
   res->algbw = us > 0 ? (double)c->s.bytes / (us * 1e3) : 0;

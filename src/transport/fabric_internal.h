@@ -176,6 +176,10 @@ struct gang__fabric {
                      goodbye (a crash), -1: none */
   bool *lost;     /* every peer seen so (lost_peer and the others whose
                      end of stream was already there), NULL: none yet */
+  /* The progress pass's poll() over the connections (progress in
+   * fabric_engine.c), allocated at its first use: fds and their peers. */
+  struct pollfd *pass_fds;
+  int *pass_peer;
 };
 
 /* ---- fabric.c: failure ---- */

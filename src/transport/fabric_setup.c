@@ -593,6 +593,8 @@ void gang__fabric_destroy(gang__fabric *f) {
   }
   free(f->conns);
   free(f->lost);
+  free(f->pass_fds);
+  free(f->pass_peer);
   if (f->wakefd >= 0)
     close(f->wakefd);
   pthread_cond_destroy(&f->cv);
