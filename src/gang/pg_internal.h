@@ -200,8 +200,11 @@ algo_facts gang__pg_tcp_facts(const pg_world *w, const gang__coll *c, int size);
 
 /* The world's link model (net_alpha_ns, net_beta_ns): the settings', or
  * over several hosts measured between rank 0 and another host's first
- * rank; rank 0's in every rank. Collective over the world's ranks. */
-gang_status gang__pg_net_model(pg_world *w, int rank, int size,
+ * rank; rank 0's in every rank. Unless set, alpha is scaled by `crowd`,
+ * rank 0's machine's ranks of the world per CPU where above 1: there
+ * every step of an algorithm waits for its peers to be scheduled.
+ * Collective over the world's ranks. */
+gang_status gang__pg_net_model(pg_world *w, int rank, int size, double crowd,
                                int64_t deadline);
 
 /* The algorithms' view of w's collective over the fabric ranks

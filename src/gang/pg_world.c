@@ -193,6 +193,7 @@ static gang_status create(const gang_options *opts, const char *store_addr,
     GANG_CHECK_GOTO(gang__setting_int(GANG_SETTING_STORE_LINGER, &w->linger_ms),
                     st, fail);
   gang__pg_exit_add(w);
+  double crowd = 1; /* ranks of the world per CPU of this machine, >= 1 */
   if (size > 1) {
     w->hosts = malloc(sizeof *w->hosts * (size_t)size);
     if (w->hosts == NULL) {
@@ -213,6 +214,8 @@ static gang_status create(const gang_options *opts, const char *store_addr,
     for (int i = 0; i < size; i++)
       local += w->hosts[i] == w->hosts[rank];
     int cpus = gang__cpus_available();
+    if (cpus > 0 && kernel > cpus)
+      crowd = (double)kernel / cpus;
     if ((w->shm != NULL ? gang__shm_oversubscribed(w->shm) : local > cpus) ||
         kernel > cpus) {
       GANG_INFO(INIT,
@@ -222,7 +225,8 @@ static gang_status create(const gang_options *opts, const char *store_addr,
       gang__fabric_set_oversubscribed(w->fabric);
     }
   }
-  GANG_CHECK_GOTO(gang__pg_net_model(w, rank, size, cfg.deadline), st, fail);
+  GANG_CHECK_GOTO(gang__pg_net_model(w, rank, size, crowd, cfg.deadline), st,
+                  fail);
   /* After setup the store only serves timeout diagnoses, which must not
    * wait longer than their own budget on a lost or stopped store. */
   w->diag_budget_ms = gang__pg_diag_budget_ms(timeout_ms);
