@@ -220,6 +220,9 @@ typedef struct bench_backend {
    * then lists the ranks and --arrival's one-host check names them. May
    * be NULL. */
   int (*gather_ids)(void *ctx, const bench_rank_id *mine, bench_rank_id *all);
+  /* The algorithm the library ran for the latest call, as it names them,
+   * or NULL when it does not say (gang_last_algorithm). May be NULL. */
+  const char *(*chosen)(void *ctx);
   /* Comment lines for the table's header about how this library's
    * placements of `coll` are measured ("# ...\n" each), or NULL. */
   const char *(*placement_note)(bench_coll coll);

@@ -170,6 +170,8 @@ static int measure(run_state *st, const bench_call *c, bench_result *res) {
       goto out;
   }
   double wall = now_us() - wall0;
+  const char *chosen = b->chosen != NULL ? b->chosen(b->ctx) : NULL;
+  snprintf(res->chosen, sizeof res->chosen, "%s", chosen ? chosen : "");
   double loop[2] = {(bench_cpu_us() - cpu0) / wall, wall / (double)n};
   if ((rc = b->max_f64(b->ctx, loop, 2)) != 0)
     goto out;

@@ -102,6 +102,8 @@ static void json_result(const bench_result *p, int has_bw, int arrival) {
     printf("\"algbw_gbs\":%.6g,\"busbw_gbs\":%.6g,", p->algbw, p->busbw);
   else
     printf("\"algbw_gbs\":null,\"busbw_gbs\":null,");
+  if (p->chosen[0] != '\0')
+    printf("\"chosen\":\"%s\",", p->chosen);
   if (p->wrong < 0)
     printf("\"wrong\":null");
   else

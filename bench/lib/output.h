@@ -17,6 +17,7 @@ typedef struct bench_result {
   double algbw, busbw;
   int64_t wrong;                   /* -1: not checked */
   double spread_us, after_last_us; /* --arrival only */
+  char chosen[48]; /* the algorithm the library says it ran, "": none */
 } bench_result;
 
 /* The table's header; `ids` lists the ranks, or is NULL. Nothing with

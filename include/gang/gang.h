@@ -114,6 +114,15 @@ GANG_API gang_device gang_get_device(const gang_t *g);
 /* The detail of the failure that broke this gang, "" if none. */
 GANG_API const char *gang_get_last_error(const gang_t *g);
 
+/* The algorithm the latest collective call of g ran, as gang-info names
+ * them ("recursive_doubling", "single_copy", "hierarchical", ...;
+ * docs/algorithms.md), or NULL before the first, for a gang that does not
+ * choose (a fake gang, a fault-tolerant wrapper) and for NULL. What the
+ * selection table or GANG_ALGO picked, for logs and benchmarks: NCCL's
+ * INFO lines say the same. Calls from other threads may change it at any
+ * time. */
+GANG_API const char *gang_last_algorithm(const gang_t *g);
+
 /* ---- Sub-gangs ---------------------------------------------------------- */
 
 /* MPI_Comm_split: ranks with the same color form a gang, ordered by (key,

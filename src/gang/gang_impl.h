@@ -71,6 +71,9 @@ typedef struct gang__ops {
   void (*destroy)(gang_t *g);
   /* Configurable gangs (src/ft/ft_impl.h); NULL for others. */
   const struct gang__ft_ops *ft;
+  /* The algorithm of the latest collective (gang_last_algorithm), NULL
+   * before the first; NULL for backends that do not choose. */
+  const char *(*last_algo)(const gang_t *g);
 } gang__ops;
 
 struct gang {

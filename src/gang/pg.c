@@ -72,6 +72,7 @@ gang_status gang__pg_new(pg_world *w, const int *map, int size, int rank,
     return gang__error(GANG_NO_MEMORY, "gang: out of memory");
   }
   memcpy(m, map, sizeof *m * (size_t)size);
+  atomic_init(&p->last_algo, -1);
   gang_status fst =
       gang__flight_new(w->name, w, map[rank], ctx, rank, size, map, &p->flight);
   if (fst != GANG_OK) {
@@ -195,6 +196,7 @@ static void pg_destroy(gang_t *g) {
 static const gang__ops pg_ops = {
     .name = "pg",
     .simulated = false,
+    .last_algo = gang__pg_last_algo,
     .post = gang__pg_post,
     .wait = gang__pg_wait,
     .test = gang__pg_test,
@@ -224,10 +226,10 @@ gang_status gang__pg_poke(gang_t *g) {
   return p->w->fabric != NULL ? gang__fabric_poke(p->w->fabric) : GANG_OK;
 }
 
-const char *gang__pg_last_algo(gang_t *g) {
+const char *gang__pg_last_algo(const gang_t *g) {
   if (g == NULL || g->ops != &pg_ops)
     return NULL;
-  gang__pg *p = g->impl;
-  return gang__algo_name(
-      (algo_id)atomic_load_explicit(&p->last_algo, memory_order_relaxed));
+  const gang__pg *p = g->impl;
+  int a = atomic_load_explicit(&p->last_algo, memory_order_relaxed);
+  return a < 0 ? NULL : gang__algo_name((algo_id)a);
 }

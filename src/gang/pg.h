@@ -12,8 +12,9 @@ struct gang__fabric;
 struct gang__fabric *gang__pg_fabric(gang_t *g);
 
 /* The name of the algorithm (src/algo/select.h) that ran the gang's last
- * collective, "auto" before the first; NULL for other kinds of gang. */
-const char *gang__pg_last_algo(gang_t *g);
+ * collective, NULL before the first and for other kinds of gang
+ * (gang_last_algorithm). */
+const char *gang__pg_last_algo(const gang_t *g);
 
 /* The world ranks of the peers a process-group gang's world saw die
  * (gang__fabric_lost_peers): at most cap into out; how many (0 for other

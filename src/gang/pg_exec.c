@@ -82,7 +82,7 @@ static gang_status run_call(gang_t *g, gang_work *w, const path *on,
 /* ---- Choosing the path ------------------------------------------------------
  */
 
-/* Notes what runs: for the tests (gang__pg_last_algo), and in the log the
+/* Notes what runs: for gang_last_algorithm, and in the log the
  * first time this gang runs the algorithm for the collective -- a line per
  * choice, not per call, as NCCL's INFO lines say its choices. */
 static void chose(gang_t *g, algo_coll coll, const gang__coll *c, algo_id a,

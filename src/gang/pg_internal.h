@@ -120,7 +120,8 @@ typedef struct gang__pg {
   size_t scratch_cap[2];
   gang__shm_chan *chan;  /* every member on this host: collectives over shm */
   pg_hier *hier;         /* members on several hosts, some sharing one */
-  _Atomic int last_algo; /* the algorithm of the last collective (tests) */
+  _Atomic int last_algo; /* the algorithm of the last collective, -1: none
+                            yet (gang_last_algorithm) */
   /* Per collective, the algorithms it has run (a bit per algo_id; touched
    * by execution only): the log says the first run of each (GANG_DEBUG=
    * INFO, subsystem COLL). */

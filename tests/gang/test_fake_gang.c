@@ -28,6 +28,12 @@ static void test_create_validation(void **state) {
   assert_int_equal(gang_size(g), 5);
   assert_int_equal(gang_get_device(g).type, GANG_DEVICE_CPU);
   assert_string_equal(gang_get_last_error(g), "");
+  /* A fake gang chooses no algorithm, before or after a call. */
+  assert_null(gang_last_algorithm(g));
+  float x = 1;
+  assert_gang_ok(gang_all_reduce(g, &x, 1, GANG_FLOAT32, GANG_SUM));
+  assert_null(gang_last_algorithm(g));
+  assert_null(gang_last_algorithm(NULL));
   gang_destroy(g);
   gang_destroy(NULL);
 }

@@ -28,7 +28,7 @@ static int g_round;
 typedef struct forced {
   const char *setting; /* GANG_ALGO */
   const char *coll;
-  const char *algo; /* the name gang__pg_last_algo must report */
+  const char *algo; /* the name gang_last_algorithm must report */
   size_t counts[3]; /* elements (per rank for all_gather etc.) */
   int only_size;    /* 0: every world size */
 } forced;
@@ -122,7 +122,7 @@ static void check_last(gang_t *g) {
   if (g_case->algo != NULL)
     RCHECK(gt_ran(g, g_case->algo, g_case->setting));
   else
-    RCHECK(strcmp(gang__pg_last_algo(g), "hierarchical") != 0);
+    RCHECK(strcmp(gang_last_algorithm(g), "hierarchical") != 0);
 }
 
 static void run_all_reduce(gang_t *g, int rank, int size, size_t n) {

@@ -508,7 +508,7 @@ static void check_transport(gang_t *g) {
   for (size_t i = 0; i < count; i++)
     in[i] = r * 1000003 + (int64_t)i;
   RCHECK_OK(gang_all_gather(g, out, in, count, GANG_INT64));
-  const char *ran = gang__pg_last_algo(g);
+  const char *ran = gang_last_algorithm(g);
   bool bruck = ran != NULL && strcmp(ran, "bruck") == 0;
   if (strcmp(g_mode, "mixed") != 0 || !bruck)
     RCHECK(gt_ran(g, want, "a large all_gather"));

@@ -21,7 +21,6 @@
 #include "gang/gang.h"
 #include "gang/status.h"
 #include "gang/store.h"
-#include "gang/pg.h"
 #include "procfs.h" /* bench/lib */
 
 /* gcc says __SANITIZE_ADDRESS__, clang __has_feature(address_sanitizer). */
@@ -528,7 +527,7 @@ int gt_leak_teardown(void **state) {
 }
 
 bool gt_ran(struct gang *g, const char *algo, const char *what) {
-  const char *ran = gang__pg_last_algo(g);
+  const char *ran = gang_last_algorithm(g);
   if (ran != NULL && strcmp(ran, algo) == 0)
     return true;
   fprintf(stderr, "%s: ran %s, not %s\n", what, ran ? ran : "(none)", algo);

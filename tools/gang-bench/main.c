@@ -115,6 +115,8 @@ static int gather_ids(void *ctx, const bench_rank_id *mine,
   return st == GANG_OK ? 0 : fail(ctx, "gang_all_gather (ranks' hosts)", st);
 }
 
+static const char *chosen(void *ctx) { return gang_last_algorithm(ctx); }
+
 static const char *placement_note(bench_coll c) {
   switch (c) {
   case BENCH_ALL_REDUCE:
@@ -159,6 +161,7 @@ int main(int argc, char **argv) {
                      .min_i64 = min_i64,
                      .barrier = barrier,
                      .gather_ids = gather_ids,
+                     .chosen = chosen,
                      .placement_note = placement_note};
   rc = bench_run(&b, &a);
   gang_destroy(g);
