@@ -94,6 +94,27 @@ def children(pid):
         return []
 
 
+def environ(pid):
+    """A process's environment (b"NAME=value" items), None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return f.read().split(b"\0")
+    except OSError:
+        return None
+
+
+def by_local_rank(pids):
+    """Worker processes in LOCAL_RANK order (gone ones left out)."""
+    ws = []
+    for w in pids:
+        env = environ(w)
+        if env is None:
+            continue
+        lr = [e for e in env if e.startswith(b"LOCAL_RANK=")]
+        ws.append((int(lr[0][11:]) if lr else 0, w))
+    return [w for _, w in sorted(ws)]
+
+
 def signal_all(pids, sig):
     for p in pids:
         try:
@@ -238,22 +259,10 @@ class Job:
         """The processes of replica group g (its gangrun's children), by
         local rank."""
         for pid in children(self.proc.pid):
-            try:
-                with open(f"/proc/{pid}/environ", "rb") as f:
-                    env = f.read().split(b"\0")
-            except OSError:
-                continue
-            if f"GANG_REPLICA_GROUP={g}".encode() in env:
-                ws = []
-                for w in children(pid):
-                    try:
-                        with open(f"/proc/{w}/environ", "rb") as f:
-                            we = f.read().split(b"\0")
-                    except OSError:
-                        continue
-                    lr = [e for e in we if e.startswith(b"LOCAL_RANK=")]
-                    ws.append((int(lr[0][11:]) if lr else 0, w))
-                return [w for _, w in sorted(ws)]
+            env = environ(pid)
+            if env is not None and \
+                    f"GANG_REPLICA_GROUP={g}".encode() in env:
+                return by_local_rank(children(pid))
         return []
 
     def starts_of(self, g):
@@ -513,8 +522,8 @@ def oracle(dump, ref_dump, nproc, tol):
 
 def run(args, groups, steps, faulty, dump, rng, env, lh, job_class=None,
         chaos_class=None):
-    """Runs the job (a Job, or job_class's) with faults drawn by a Chaos
-    (or chaos_class's) until it ends: the job, the faults, the hangs."""
+    """Runs the job (job_class, default Job) with faults (chaos_class,
+    default Chaos) to its end: the job, the faults, the hangs."""
     job = (job_class or Job)(args, groups, steps, lh.port, env, dump, faulty)
     chaos = (chaos_class or Chaos)(job, lh, args, rng)
     kinds = args.kinds
@@ -688,10 +697,8 @@ def main():
 
 
 def judge(args, job, faults, hangs, dump, ref, tmp, problems, more=None):
-    """Checks what must hold after the run (beside the problems already
-    found), prints the summary and PASS or FAIL, and returns the exit
-    status. more(job, faults), if given, returns further problems and
-    lines to print (the checks of a run across hosts)."""
+    """Checks the run, prints the summary and PASS or FAIL, returns the
+    exit status; more(job, faults) adds (problems, lines to print)."""
     problems = list(problems)
     rc = job.proc.returncode
     if rc != 0:
@@ -761,16 +768,13 @@ def judge(args, job, faults, hangs, dump, ref, tmp, problems, more=None):
               f"max {max(xs):.0f} ms (bound "
               f"{(hb_s + args.detect_slack_s) * 1000:.0f} ms)")
         by = {}
-        for f in timed:
-            if f.get("next_commit_ms") is not None:
-                by.setdefault(f["kind"], []).append(f["next_commit_ms"])
+        for f in (f for f in timed if f.get("next_commit_ms") is not None):
+            by.setdefault(f["kind"], []).append(f["next_commit_ms"])
         for k, v in sorted(by.items()):
             print(f"  {k:15s} n {len(v):3d}  median {statistics.median(v):5.0f} ms"
                   f"  p90 {pct(v, 90):5.0f} ms  max {max(v):5.0f} ms")
-    for line in extra_lines:
+    for line in extra_lines + [f"train_ft.py: {p}" for p in problems[:20]]:
         print(line)
-    for p in problems[:20]:
-        print(f"train_ft.py: {p}")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"args": {k: v for k, v in vars(args).items()},

@@ -136,16 +136,7 @@ class HostJob(T.Job):
         (which `cluster exec` became), by local rank."""
         with self.plock:
             p = self.procs.get(g)
-        ws = []
-        for w in T.children(p.pid) if p is not None else []:
-            try:
-                with open(f"/proc/{w}/environ", "rb") as f:
-                    we = f.read().split(b"\0")
-            except OSError:
-                continue
-            lr = [e for e in we if e.startswith(b"LOCAL_RANK=")]
-            ws.append((int(lr[0][11:]) if lr else 0, w))
-        return [w for _, w in sorted(ws)]
+        return T.by_local_rank(T.children(p.pid)) if p is not None else []
 
     def stop(self):
         with self.plock:

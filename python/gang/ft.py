@@ -28,27 +28,9 @@ buffers (numpy arrays, torch CPU tensors, a model's parameters) given to
 ``register_state``, which are written in place when the replica heals.
 """
 
-from ._ft import (  # noqa: F401
-    BabyGang,
-    DummyGang,
-    ErrorSwallowingGang,
-    LighthouseServer,
-    ManagedGang,
-    Manager,
-    OptimizerWrapper,
-    ReconfigurableGang,
-)
-
-__all__ = [
-    "LighthouseServer",
-    "Manager",
-    "OptimizerWrapper",
-    "ReconfigurableGang",
-    "BabyGang",
-    "DummyGang",
-    "ErrorSwallowingGang",
-    "ManagedGang",
-]
+from . import _ft
+from ._ft import *  # noqa: F401,F403  (every name of its __all__)
+from ._ft import __all__  # noqa: F401
 
 # torchft's names: torch ProcessGroups, in gang.ft_torch (needs torch).
 _TORCH_NAMES = {
@@ -84,7 +66,6 @@ def __dir__():
 
 
 # The classes are defined in gang._ft; they are gang.ft's to users.
-for _cls in (BabyGang, DummyGang, ErrorSwallowingGang, LighthouseServer, ManagedGang, Manager,
-             OptimizerWrapper, ReconfigurableGang):
-    _cls.__module__ = __name__
-del _cls
+for _name in __all__:
+    getattr(_ft, _name).__module__ = __name__
+del _name
