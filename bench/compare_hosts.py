@@ -4,6 +4,7 @@ gang's algorithms (--sweep) with its table."""
 
 import atexit
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -81,6 +82,39 @@ def sweep_libs(args, coll):
     return [f"gang:{a}" for a in algos]
 
 
+MODEL_LINE = re.compile(r"link model: alpha ([0-9.]+) us, bandwidth "
+                        r"([0-9.e+-]+) GB/s")
+
+
+def note_model(args, coll, log):
+    """The link model the table's run of coll used (rank 0's INFO line),
+    kept in args.models[coll] as (alpha us, GB/s)."""
+    m = MODEL_LINE.search(log or "")
+    if m:
+        args.models = getattr(args, "models", {})
+        args.models[coll] = (float(m.group(1)), float(m.group(2)))
+
+
+def predict(args, coll, algo, size):
+    """The model's time (us) of the table's algorithm for a row of `size`
+    bytes, from gang-info --cost; None where the model does not price it
+    (shared memory, the two-level forms, barrier)."""
+    model = getattr(args, "models", {}).get(coll)
+    if model is None or not algo:
+        return None
+    n = args.hosts * args.per_host
+    block = size // n if coll in ("all_gather", "reduce_scatter") else size
+    gi = os.path.join(os.path.dirname(os.path.dirname(args.gang_bin)),
+                      "gang-info", "gang-info")
+    out = subprocess.run([gi, "--cost", coll, algo, str(block), str(n),
+                          str(model[0]), str(model[1])], capture_output=True,
+                         text=True).stdout.strip()
+    try:
+        return float(out)
+    except ValueError:
+        return None
+
+
 def sweep_markdown(coll, comb, args):
     """The forced sweep of one collective: per size, the time of the
     table's choice (and its name, as gang-bench reports what ran) and of
@@ -90,7 +124,7 @@ def sweep_markdown(coll, comb, args):
     more on a machine with more ranks than CPUs)."""
     forced = sweep_libs(args, coll)
     sizes = sorted({s for lib in ["gang"] + forced for s in comb.get(lib, {})})
-    head = ["size", "table's choice", "µs"] + \
+    head = ["size", "table's choice", "µs", "model µs"] + \
         [f"{lib.split(':', 1)[1]} µs" for lib in forced] + \
         ["fastest forced", "agrees"]
     rows, agree, cells = [], 0, 0
@@ -106,7 +140,10 @@ def sweep_markdown(coll, comb, args):
         if auto is not None and best is not None:
             cells += 1
             agree += ok
-        rows.append([fmt_size(s), name or "?", fmt_us(auto)] +
+        model = predict(args, coll, name, s)
+        if model is not None:
+            comb.setdefault("gang", {}).setdefault(s, {})["model_us"] = model
+        rows.append([fmt_size(s), name or "?", fmt_us(auto), fmt_us(model)] +
                     [fmt_us(ts[lib]) for lib in forced] +
                     [best.split(":", 1)[1] if best else "-",
                      "yes" if ok else "no"])
@@ -131,6 +168,7 @@ def hosts_command(lib, bins, args, argv, store_dir):
     args.hosts_command by compare_lib.command."""
     n, k = args.hosts, args.per_host
     np = n * k
+    args.gang_bin = bins["gang-bench"]  # gang-info beside it: predict()
     over = k > (os.cpu_count() or 1) or np > (os.cpu_count() or 1)
     parts = []
     if lib == "gang" or lib.startswith("gang:"):
@@ -145,7 +183,10 @@ def hosts_command(lib, bins, args, argv, store_dir):
                               "--term-grace", "2s", bins["gang-bench"]] +
                           argv, dict(GANG_ALGO=forced_algo(lib, argv),
                                      GANG_SHM_DISABLE="1"
-                                     if args.mode == "tcp" else "0"))
+                                     if args.mode == "tcp" else "0",
+                                     # rank 0 logs the world's link model
+                                     GANG_DEBUG="INFO",
+                                     GANG_DEBUG_SUBSYS="INIT"))
             parts.append((i, cmd))
     elif lib == "openmpi":
         net = HOSTS_NET + ".0/24"

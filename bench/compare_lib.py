@@ -238,6 +238,7 @@ def run_one(lib, bins, args, coll, bench_args):
     LAST_RUN["cpu_s"] = (ru1.ru_utime - ru0.ru_utime) + \
         (ru1.ru_stime - ru0.ru_stime)
     LAST_RUN["wall_s"] = time.monotonic() - t0
+    LAST_RUN["err"] = err
     rows = []
     for line in out.splitlines():
         if line.startswith("[rank"):

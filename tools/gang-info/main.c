@@ -4,6 +4,7 @@
  * GANG_ALGO's overrides). Exits 1 if any setting in the environment is
  * malformed. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "algo/select.h"
@@ -21,6 +22,8 @@
 
 static void usage(FILE *out) {
   fprintf(out, "usage: gang-info [--algorithms] [--help]\n"
+               "       gang-info --cost COLL ALGO BYTES MEMBERS ALPHA_US "
+               "GBPS\n"
                "Prints gang's version, build options, settings and the table\n"
                "that chooses collective algorithms; --algorithms: only the "
                "table\n"
@@ -47,9 +50,50 @@ static int print_algorithms(void) {
   return 0;
 }
 
+/* --cost: the link model's time (us) of a TCP algorithm for one call:
+ * BYTES as the table counts them (the buffer for all_reduce and broadcast,
+ * one member's block otherwise), alpha in us, bandwidth in GB/s. Prints
+ * "none" for an algorithm the model does not price. For bench/compare's
+ * prediction beside each measured cell. */
+static int print_cost(char **argv) {
+  algo_coll coll = ALGO_COLL_COUNT;
+  algo_id algo = ALGO_COUNT;
+  for (int c = 0; c < ALGO_COLL_COUNT; c++)
+    if (strcmp(argv[0], gang__algo_coll_name((algo_coll)c)) == 0)
+      coll = (algo_coll)c;
+  for (int a = 0; a < ALGO_COUNT; a++)
+    if (strcmp(argv[1], gang__algo_name((algo_id)a)) == 0)
+      algo = (algo_id)a;
+  char *end[4];
+  double bytes = strtod(argv[2], &end[0]), members = strtod(argv[3], &end[1]);
+  double alpha = strtod(argv[4], &end[2]), gbps = strtod(argv[5], &end[3]);
+  int bad = coll == ALGO_COLL_COUNT || algo == ALGO_COUNT;
+  for (int i = 0; i < 4; i++)
+    bad |= *end[i] != '\0' || end[i] == argv[2 + i];
+  if (bad || bytes < 0 || members < 1 || alpha <= 0 || gbps <= 0) {
+    fprintf(stderr, "gang-info --cost: want a collective and an algorithm "
+                    "as gang-info --algorithms names them, bytes >= 0, "
+                    "members >= 1, alpha (us) and bandwidth (GB/s) > 0\n");
+    return 2;
+  }
+  algo_facts f = {.bytes = (size_t)bytes,
+                  .count = SIZE_MAX,
+                  .size = (int)members,
+                  .alpha_ns = alpha * 1000,
+                  .beta_ns = 1 / gbps};
+  double ns = gang__algo_cost(coll, algo, &f);
+  if (ns > 0)
+    printf("%.6g\n", ns / 1000);
+  else
+    printf("none\n");
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc == 2 && strcmp(argv[1], "--algorithms") == 0)
     return print_algorithms();
+  if (argc == 8 && strcmp(argv[1], "--cost") == 0)
+    return print_cost(argv + 2);
   if (argc > 1) {
     int help = strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0;
     usage(help ? stdout : stderr);
