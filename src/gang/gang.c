@@ -114,10 +114,6 @@ void gang_destroy(gang_t *g) {
 }
 
 int gang_rank(const gang_t *g) { return g ? g->rank : -1; }
-
-const char *gang_last_algorithm(const gang_t *g) {
-  return g != NULL && g->ops->last_algo != NULL ? g->ops->last_algo(g) : NULL;
-}
 int gang_size(const gang_t *g) { return g ? g->size : 0; }
 
 gang_device gang_get_device(const gang_t *g) {
@@ -129,6 +125,10 @@ const char *gang_get_last_error(const gang_t *g) {
   if (g == NULL || atomic_load(&g->broken) == GANG_OK)
     return "";
   return g->error;
+}
+
+const char *gang_last_algorithm(const gang_t *g) {
+  return g != NULL && g->ops->last_algo != NULL ? g->ops->last_algo(g) : NULL;
 }
 
 /* ---- Validation ---------------------------------------------------------- */

@@ -166,7 +166,7 @@ gang_status gang__pg_net_model(pg_world *w, int rank, int size, double crowd,
     if (!set && crowd > 1) {
       w->net_alpha_ns *= crowd;
       snprintf(with + o, sizeof with - (size_t)o,
-               "; alpha x%.2g: %.2g ranks per CPU here", crowd, crowd);
+               "; alpha x%.2g, the world's ranks per CPU here", crowd);
     }
     snprintf(text, sizeof text, "%.17g %.17g %s", w->net_alpha_ns,
              w->net_beta_ns, how);
