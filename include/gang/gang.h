@@ -107,6 +107,22 @@ GANG_API void gang_destroy(gang_t *g);
  * not collective: each rank dumps its own. */
 GANG_API gang_status gang_flight_dump(const char *reason);
 
+/* Memory that the other ranks of this host read and write directly:
+ * collectives whose buffers come from here move them with plain copies
+ * where they would otherwise use process_vm_readv (the single-copy
+ * algorithms: large all_gather, reduce_scatter, all_to_all, broadcast
+ * and all_reduce; docs/shm.md, "Buffers from gang_mem_alloc"). Any
+ * buffer works with every collective; these are only faster. `bytes`
+ * (at least 1) are zeroed and page-aligned, in a memfd of their own that
+ * the process's file table holds (one descriptor each) until
+ * gang_mem_free. GANG_INVALID_ARGUMENT for 0 bytes or a NULL out,
+ * GANG_NO_MEMORY when the kernel has no room. Any thread. */
+GANG_API gang_status gang_mem_alloc(size_t bytes, void **out);
+/* Frees a pointer gang_mem_alloc returned (NULL: nothing);
+ * GANG_INVALID_ARGUMENT for any other pointer. Peers that mapped it let it
+ * go at their next copy. No collective may be using it. */
+GANG_API gang_status gang_mem_free(void *p);
+
 GANG_API int gang_rank(const gang_t *g);
 GANG_API int gang_size(const gang_t *g);
 GANG_API gang_device gang_get_device(const gang_t *g);

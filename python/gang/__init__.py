@@ -21,6 +21,7 @@ from ._gang import (
     InternalError,
     InvalidArgumentError,
     InvalidUsageError,
+    Memory,
     MismatchError,
     NoMemoryError,
     NotFoundError,
@@ -45,6 +46,7 @@ from ._topology import (
     set_default_gangs,
     set_gangs,
 )
+from ._mem import mem_empty
 from .device import Device, get_default_device
 from .device_mesh import DeviceMesh, init_device_mesh
 from .distributed_utils import all_gather_list, all_reduce_dict, broadcast_object

@@ -10,9 +10,10 @@
  * topo.c     the topologies (gangs_*) and the device mesh (gang_mesh_*)
  * ft.c       fault tolerance (gang/ft.h): the lighthouse, the manager, and
  *            the reconfigurable, error-swallowing and dummy gangs
+ * mem.c      the Memory type: bytes from gang_mem_alloc
  *
  * Calls go one way (test_call_circles): module -> ft, topo -> gang_obj ->
- * work -> buffer -> errors; store and every other file -> errors.
+ * work -> buffer -> errors; store, mem and every other file -> errors.
  *
  * The rule everywhere: validate and take every buffer with the GIL held,
  * then release the GIL for the whole C call, so other Python threads run
@@ -160,6 +161,11 @@ int gpy_ft_init(PyObject *m);
  */
 
 extern PyTypeObject gpy_store_type;
+
+/* ---- gang_mem_alloc (mem.c) --------------------------------------------- */
+
+/* Memory(nbytes): bytes from gang_mem_alloc as a writable buffer. */
+extern PyTypeObject gpy_mem_type;
 /* _store_connect(addr, timeout_s=0) -> Store */
 PyObject *gpy_store_connect(PyObject *mod, PyObject *args);
 

@@ -105,6 +105,8 @@ PyMODINIT_FUNC PyInit__gang(void) {
     return NULL;
   if (gpy_errors_init(m) < 0 || PyType_Ready(&gpy_gang_type) < 0 ||
       PyType_Ready(&gpy_work_type) < 0 || PyType_Ready(&gpy_store_type) < 0 ||
+      PyType_Ready(&gpy_mem_type) < 0 ||
+      PyModule_AddObjectRef(m, "Memory", (PyObject *)&gpy_mem_type) < 0 ||
       PyModule_AddObjectRef(m, "_Gang", (PyObject *)&gpy_gang_type) < 0 ||
       PyModule_AddObjectRef(m, "Work", (PyObject *)&gpy_work_type) < 0 ||
       PyModule_AddObjectRef(m, "Store", (PyObject *)&gpy_store_type) < 0 ||

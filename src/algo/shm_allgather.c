@@ -6,7 +6,9 @@
  *   staged: per chunk of the member's block, each member stages its chunk,
  *     publishes, waits for all, and copies every other member's chunk to
  *     its place in out. One step per chunk; each member reads (p-1)
- *     chunks.
+ *     chunks. A member whose out is from gang_mem_alloc stages nothing:
+ *     the others read its chunks from the segment, and one more step
+ *     ends the call.
  *   single copy (larger blocks, when allowed): each member
  *     publishes its input's address; everyone pulls every other block
  *     straight from the owner's input into out, then puts its own block
@@ -23,7 +25,7 @@ static gang_status allgather_single_copy(gang__shm_chan *c, unsigned char *o,
   int p = c->size, me = c->rank;
   uint64_t t = ++c->step;
   GANG_CHECK(gang__shm_begin(c, t));
-  c->ctl[me]->pub.in = (uint64_t)(uintptr_t)src;
+  gang__shm_pub_in(c, src);
   gang__shm_publish(c, t);
   GANG_CHECK(gang__shm_wait_all(c, t));
   for (int k = 1; k < p; k++) {
@@ -41,29 +43,55 @@ static gang_status allgather_single_copy(gang__shm_chan *c, unsigned char *o,
   return gang__shm_wait_all(c, t2);
 }
 
-/* Staged in chunks, or (small) in one step through the small slots. */
+/* Staged in chunks, or (small) in one step through the small slots. A
+ * member whose block lies in a gang_mem_alloc segment goes direct: it
+ * stages nothing and the others copy its chunks from their mapping of
+ * the segment (shm.h, "Direct steps"). */
 static gang_status allgather_staged(gang__shm_chan *c, unsigned char *o,
                                     const unsigned char *src, size_t bytes,
                                     bool small) {
   int p = c->size, me = c->rank;
   size_t chunk = small ? bytes : c->chunk;
+  gang__mem_ref seg;
+  bool direct = !small && gang__shm_direct_mine(src, bytes, &seg);
+  bool any_direct = direct;
   for (size_t done = 0; done < bytes; done += chunk) {
     size_t n = bytes - done < chunk ? bytes - done : chunk;
     uint64_t t = ++c->step;
     GANG_CHECK(small ? gang__shm_begin_line(c, t) : gang__shm_begin(c, t));
-    unsigned char *mine =
-        small ? gang__shm_slot(c, me, t, bytes) : gang__shm_buf(c, me, t);
-    memcpy(mine, src + done, n);
+    if (!small)
+      gang__shm_set_direct(c, t, src, direct ? &seg : NULL);
+    if (!direct) {
+      unsigned char *mine =
+          small ? gang__shm_slot(c, me, t, bytes) : gang__shm_buf(c, me, t);
+      memcpy(mine, src + done, n);
+    }
     gang__shm_publish(c, t);
     GANG_CHECK(gang__shm_wait_all(c, t));
     for (int k = 1; k < p; k++) {
       int j = (me + k) % p;
+      unsigned char *to = o + (size_t)j * bytes + done;
+      gang__shm_direct d;
+      if (!small && gang__shm_get_direct(c, j, t, &d)) {
+        any_direct = true;
+        const void *from;
+        void *token;
+        GANG_CHECK(gang__shm_peek_direct(c, j, &d, done, n, to, &from, &token));
+        if (from != to)
+          memcpy(to, from, n);
+        gang__mem_peer_put(token);
+        continue;
+      }
       const unsigned char *theirs =
           small ? gang__shm_slot(c, j, t, bytes) : gang__shm_buf(c, j, t);
-      memcpy(o + (size_t)j * bytes + done, theirs, n);
+      memcpy(to, theirs, n);
     }
   }
-  return GANG_OK;
+  if (!any_direct)
+    return GANG_OK;
+  uint64_t t = ++c->step; /* every read done: owners may go */
+  gang__shm_publish(c, t);
+  return gang__shm_wait_all(c, t);
 }
 
 /* ---- The handlers (run.c) ---------------------------------------------- */

@@ -276,7 +276,7 @@ static gang_status single_copy(gang__shm_chan *c, unsigned char *buf,
   unsigned char *src[GANG_SHM_MAX_LOCAL];
   uint64_t t = ++c->step;
   GANG_CHECK(gang__shm_begin(c, t));
-  c->ctl[me]->pub.in = (uint64_t)(uintptr_t)buf;
+  gang__shm_pub_in(c, buf);
   gang__shm_publish(c, t);
   GANG_CHECK(gang__shm_wait_all(c, t));
   way_arrived(c);

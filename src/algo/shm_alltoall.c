@@ -66,7 +66,7 @@ static gang_status alltoallv(gang__shm_chan *c, void *out,
     return GANG_OK;
   uint64_t t = ++c->step;
   GANG_CHECK(gang__shm_begin(c, t));
-  c->ctl[me]->pub.in = (uint64_t)(uintptr_t)in;
+  gang__shm_pub_in(c, in);
   for (int q = 0; q <= p; q++)
     c->ctl[me]->offs[q] = off_in[q];
   gang__shm_publish(c, t);
@@ -81,7 +81,7 @@ static gang_status alltoall_single_copy(gang__shm_chan *c, unsigned char *o,
   size_t off[GANG_SHM_MAX_LOCAL], len[GANG_SHM_MAX_LOCAL];
   uint64_t t = ++c->step;
   GANG_CHECK(gang__shm_begin(c, t));
-  c->ctl[me]->pub.in = (uint64_t)(uintptr_t)src;
+  gang__shm_pub_in(c, src);
   for (int q = 0; q < p; q++) {
     c->ctl[me]->offs[q] = (size_t)q * bytes;
     off[q] = (size_t)q * bytes;

@@ -38,7 +38,7 @@ static gang_status bcast_two_ends(gang__shm_chan *c, void *buf, size_t bytes,
                                   int root) {
   uint64_t t = ++c->step;
   GANG_CHECK(gang__shm_begin(c, t));
-  c->ctl[c->rank]->pub.in = (uint64_t)(uintptr_t)buf;
+  gang__shm_pub_in(c, buf);
   gang__shm_publish(c, t);
   GANG_CHECK(gang__shm_wait_all(c, t));
   int peer = 1 - c->rank;
@@ -60,7 +60,7 @@ static gang_status bcast_single_copy(gang__shm_chan *c, void *buf, size_t bytes,
   uint64_t t = ++c->step;
   if (c->rank == root) {
     GANG_CHECK(gang__shm_begin(c, t));
-    c->ctl[root]->pub.in = (uint64_t)(uintptr_t)buf;
+    gang__shm_pub_in(c, buf);
     gang__shm_publish(c, t);
     return gang__shm_wait_all(c, t);
   }

@@ -4,7 +4,10 @@
  *   staged: per step, each member stages a part (shm_part) of every block
  *     of its input, one part per destination; each member then reduces its
  *     own part from every member's staging into out. Each member copies
- *     its whole input once and reads (p-1)/p of it from the others.
+ *     its whole input once and reads (p-1)/p of it from the others. A
+ *     member whose input is from gang_mem_alloc stages nothing: the
+ *     others reduce its parts from the segment, and one more step ends
+ *     the call.
  *   single copy (larger blocks, when allowed; select.c says where): each member
  *     pulls its block from the others' inputs a cache-sized piece at a
  *     time and reduces; nothing is staged. */
@@ -28,7 +31,7 @@ static gang_status rs_single_copy(gang__shm_chan *c, unsigned char *dst,
   GANG_CHECK(gang__shm_scratch(c, (size_t)p * piece * es, &scratch));
   uint64_t t = ++c->step;
   GANG_CHECK(gang__shm_begin(c, t));
-  c->ctl[me]->pub.in = (uint64_t)(uintptr_t)src;
+  gang__shm_pub_in(c, src);
   gang__shm_publish(c, t);
   GANG_CHECK(gang__shm_wait_all(c, t));
   for (size_t done = 0; done < count; done += piece) {
@@ -54,7 +57,10 @@ static gang_status rs_single_copy(gang__shm_chan *c, unsigned char *dst,
   return gang__shm_wait_all(c, t2);
 }
 
-/* Staged: parts of every block through the staging buffers. */
+/* Staged: parts of every block through the staging buffers. A member
+ * whose input lies in a gang_mem_alloc segment goes direct: it stages
+ * nothing and the others reduce its parts from their mapping of the
+ * segment (shm.h, "Direct steps"). */
 static gang_status rs_staged(gang__shm_chan *c, unsigned char *dst,
                              const unsigned char *src, size_t count,
                              gang_dtype dt, gang_reduce_op op) {
@@ -62,21 +68,64 @@ static gang_status rs_staged(gang__shm_chan *c, unsigned char *dst,
   int p = c->size, me = c->rank;
   size_t bytes = count * es;
   unsigned char *from[GANG_SHM_MAX_LOCAL];
+  void *tokens[GANG_SHM_MAX_LOCAL];
   size_t part = shm_part(c, es);
+  gang__mem_ref seg;
+  bool direct = gang__shm_direct_mine(src, (size_t)p * bytes, &seg);
+  bool any_direct = direct;
+  void *spare = NULL; /* process_vm_readv's pieces, where mapping fails */
   for (size_t done = 0; done < bytes; done += part) {
     size_t n = bytes - done < part ? bytes - done : part;
     uint64_t t = ++c->step;
     GANG_CHECK(gang__shm_begin(c, t));
+    gang__shm_set_direct(c, t, src, direct ? &seg : NULL);
     unsigned char *stage = gang__shm_buf(c, me, t);
-    for (int q = 0; q < p; q++)
-      memcpy(stage + (size_t)q * part, src + (size_t)q * bytes + done, n);
+    if (!direct)
+      for (int q = 0; q < p; q++)
+        memcpy(stage + (size_t)q * part, src + (size_t)q * bytes + done, n);
     gang__shm_publish(c, t);
     GANG_CHECK(gang__shm_wait_all(c, t));
+    gang_status st = GANG_OK;
+    for (int j = 0; j < p; j++) {
+      tokens[j] = NULL;
+      gang__shm_direct d;
+      size_t at = (size_t)me * bytes + done;
+      if (st != GANG_OK ||
+          !(j == me ? direct : gang__shm_get_direct(c, j, t, &d))) {
+        from[j] = gang__shm_buf(c, j, t) + (size_t)me * part;
+        continue;
+      }
+      any_direct = true;
+      if (j == me) {
+        /* out may be this part of the input: the reduce may write over
+         * it only as its first or second operand (shm_reduce_members). */
+        from[j] = (unsigned char *)src + at;
+        if (me >= 2 && dst + done < src + at + n && src + at < dst + done + n) {
+          memcpy(stage + (size_t)me * part, src + at, n);
+          from[j] = stage + (size_t)me * part;
+        }
+        continue;
+      }
+      if (spare == NULL)
+        st = gang__shm_scratch(c, (size_t)p * part, &spare);
+      const void *f = NULL;
+      if (st == GANG_OK)
+        st = gang__shm_peek_direct(c, j, &d, at, n,
+                                   (unsigned char *)spare + (size_t)j * part,
+                                   &f, &tokens[j]);
+      from[j] = (unsigned char *)f;
+    }
+    if (st == GANG_OK)
+      shm_reduce_members(dst + done, from, p, n / es, dt, op);
     for (int j = 0; j < p; j++)
-      from[j] = gang__shm_buf(c, j, t) + (size_t)me * part;
-    shm_reduce_members(dst + done, from, p, n / es, dt, op);
+      gang__mem_peer_put(tokens[j]);
+    GANG_CHECK(st);
   }
-  return GANG_OK;
+  if (!any_direct)
+    return GANG_OK;
+  uint64_t t = ++c->step; /* every read done: owners may go */
+  gang__shm_publish(c, t);
+  return gang__shm_wait_all(c, t);
 }
 
 /* ---- The handlers (run.c) ---------------------------------------------- */

@@ -431,8 +431,35 @@ gang_status gang__shm_wait_slow(gang__shm_chan *c, int member, uint64_t seq) {
 
 /* Copies len bytes between this process's `local` and address `remote` of
  * member's process, in the direction `write` says. */
+/* Member's [remote, remote + len) mapped here, when it lies in the
+ * gang_mem_alloc segment `seg` and the segment can be mapped; NULL
+ * otherwise. Hold *token until gang__mem_peer_put. */
+static unsigned char *mapped(gang__shm_chan *c, int member,
+                             const gang__mem_ref *seg, uint64_t remote,
+                             size_t len, void **token) {
+  *token = NULL;
+  if (seg->len == 0 || remote < seg->base || remote - seg->base > seg->len ||
+      len > seg->len - (remote - seg->base))
+    return NULL;
+  unsigned char *m = gang__mem_peer_get(c->pid[member], seg, token);
+  return m != NULL ? m + (remote - seg->base) : NULL;
+}
+
 static gang_status copy_remote(gang__shm_chan *c, int member, void *local,
-                               uint64_t remote, size_t len, bool write) {
+                               uint64_t remote, size_t len, bool write,
+                               const gang__mem_ref *seg) {
+  /* The member's buffer in a gang_mem_alloc segment: loads and stores. */
+  void *token;
+  unsigned char *at = mapped(c, member, seg, remote, len, &token);
+  if (at != NULL) {
+    if (write)
+      memcpy(at, local, len);
+    else
+      memcpy(local, at, len);
+    gang__mem_peer_put(token);
+    atomic_fetch_add_explicit(&gang__mem_copies, 1, memory_order_relaxed);
+    return GANG_OK;
+  }
   unsigned char *d = local;
   while (len > 0) {
     struct iovec l = {d, len}, r = {(void *)(uintptr_t)remote, len};
@@ -475,13 +502,59 @@ static gang_status copy_remote(gang__shm_chan *c, int member, void *local,
   return GANG_OK;
 }
 
+_Atomic uint64_t gang__mem_copies;
+
+void gang__shm_pub_in(gang__shm_chan *c, const void *p) {
+  gang__shm_pub *pub = &c->ctl[c->rank]->pub;
+  pub->in = (uint64_t)(uintptr_t)p;
+  gang__mem_find(p, &pub->seg);
+}
+
 gang_status gang__shm_read_remote(gang__shm_chan *c, int member, void *dst,
                                   uint64_t remote, size_t len) {
-  return copy_remote(c, member, dst, remote, len, false);
+  return copy_remote(c, member, dst, remote, len, false,
+                     &c->ctl[member]->pub.seg);
 }
 
 gang_status gang__shm_write_remote(gang__shm_chan *c, int member,
                                    uint64_t remote, const void *src,
                                    size_t len) {
-  return copy_remote(c, member, (void *)src, remote, len, true);
+  return copy_remote(c, member, (void *)src, remote, len, true,
+                     &c->ctl[member]->pub.seg);
+}
+
+bool gang__shm_direct_mine(const void *p, size_t len, gang__mem_ref *seg) {
+  const unsigned char *b = p;
+  return len > 0 && gang__mem_find(p, seg) &&
+         (uint64_t)(uintptr_t)(b + len) <= seg->base + seg->len;
+}
+
+void gang__shm_set_direct(gang__shm_chan *c, uint64_t t, const void *base,
+                          const gang__mem_ref *seg) {
+  gang__shm_direct d = {0};
+  if (seg != NULL) {
+    d.addr = (uint64_t)(uintptr_t)base;
+    d.seg = *seg;
+  }
+  memcpy(c->ctl[c->rank]->line[GANG_SHM_LINE(t)].data, &d, sizeof d);
+}
+
+bool gang__shm_get_direct(gang__shm_chan *c, int member, uint64_t t,
+                          gang__shm_direct *d) {
+  memcpy(d, c->ctl[member]->line[GANG_SHM_LINE(t)].data, sizeof *d);
+  return d->seg.len != 0;
+}
+
+gang_status gang__shm_peek_direct(gang__shm_chan *c, int member,
+                                  const gang__shm_direct *d, size_t off,
+                                  size_t len, void *spare, const void **out,
+                                  void **token) {
+  unsigned char *at = mapped(c, member, &d->seg, d->addr + off, len, token);
+  if (at != NULL) {
+    atomic_fetch_add_explicit(&gang__mem_copies, 1, memory_order_relaxed);
+    *out = at;
+    return GANG_OK;
+  }
+  *out = spare;
+  return copy_remote(c, member, spare, d->addr + off, len, false, &d->seg);
 }

@@ -97,11 +97,20 @@ static inline uint64_t gang__shm_sig(int kind, int dtype, int op, int root,
          (bytes & ((1ull << 40) - 1));
 }
 
-/* What a member publishes for single-copy readers (process_vm_readv). */
+/* A segment of gang_mem_alloc (shm_mem.c) as its owner publishes it: the
+ * memfd's number and inode, and where the owner mapped it (head page
+ * included). len 0: none. */
+typedef struct gang__mem_ref {
+  uint64_t fd, ino, base, len;
+} gang__mem_ref;
+
+/* What a member publishes for single-copy readers (process_vm_readv, or
+ * loads from `seg` when `in` lies in a gang_mem_alloc segment). */
 typedef struct gang__shm_pub {
   _Alignas(64) uint64_t in; /* address of its input (or in-place buffer) */
   uint64_t out;             /* address of its output */
   uint64_t bytes;           /* size of its input */
+  gang__mem_ref seg;        /* the segment `in` lies in, or len 0 */
 } gang__shm_pub;
 
 /* A member's control page. `offs` holds per-destination byte offsets for
@@ -330,6 +339,68 @@ gang_status gang__shm_read_remote(gang__shm_chan *c, int member, void *dst,
 gang_status gang__shm_write_remote(gang__shm_chan *c, int member,
                                    uint64_t remote, const void *src,
                                    size_t len);
+
+/* Publishes `p` as this member's input for single-copy readers, with the
+ * gang_mem_alloc segment it lies in, if any. */
+void gang__shm_pub_in(gang__shm_chan *c, const void *p);
+
+/* ---- Direct steps: staged algorithms that skip the staging ----
+ *
+ * A member whose buffer lies in a gang_mem_alloc segment need not stage
+ * it: in a staged step it writes, in its step line's inline bytes, where
+ * the step's data is in its own address space and the segment, and the
+ * others read from their mapping of that segment (process_vm_readv where
+ * they cannot map it). Every member sees every member's lines, so all
+ * know alike whether any step of the call was direct: then the call ends
+ * with one more step, published after the last read, which keeps each
+ * owner's buffer in place until every member has read it. */
+typedef struct gang__shm_direct {
+  uint64_t addr;     /* the data of the step in its owner's address space */
+  gang__mem_ref seg; /* len 0: staged */
+} gang__shm_direct;
+
+_Static_assert(sizeof(gang__shm_direct) <= GANG_SHM_INLINE,
+               "a direct step's descriptor fits the line's inline bytes");
+
+/* Whether [p, p + len) of this process lies in one gang_mem_alloc
+ * segment, which goes to *seg. */
+bool gang__shm_direct_mine(const void *p, size_t len, gang__mem_ref *seg);
+
+/* Step t (begun, not yet published) is direct from `base` in `seg`, or,
+ * with seg NULL, staged. */
+void gang__shm_set_direct(gang__shm_chan *c, uint64_t t, const void *base,
+                          const gang__mem_ref *seg);
+
+/* Member's step t (published), into *d: true when direct. */
+bool gang__shm_get_direct(gang__shm_chan *c, int member, uint64_t t,
+                          gang__shm_direct *d);
+
+/* len bytes at `off` from a direct step's base: *out points into the
+ * mapped segment (hold *token until gang__mem_peer_put), or to `spare`
+ * (len bytes, filled by process_vm_readv; *token NULL). */
+gang_status gang__shm_peek_direct(gang__shm_chan *c, int member,
+                                  const gang__shm_direct *d, size_t off,
+                                  size_t len, void *spare, const void **out,
+                                  void **token);
+
+/* ---- gang_mem_alloc's segments (shm_mem.c) ---- */
+
+/* The segment of this process that holds `p`, into *ref. */
+bool gang__mem_find(const void *p, gang__mem_ref *ref);
+
+/* The segment `ref` of process `pid` mapped here (its start), or NULL when
+ * it cannot be (no permission, gone): the caller then copies with
+ * process_vm_readv. Hold it with *token until gang__mem_peer_put. */
+unsigned char *gang__mem_peer_get(pid_t pid, const gang__mem_ref *ref,
+                                  void **token);
+void gang__mem_peer_put(void *token);
+
+/* Peers' segments mapped in this process after dropping those freed or of
+ * exited owners (tests). */
+int gang__mem_peer_mapped(void);
+
+/* Single copies made with loads and stores from mapped segments (tests). */
+extern _Atomic uint64_t gang__mem_copies;
 
 /* The arena's failure, GANG_OK while healthy. */
 gang_status gang__shm_failed(const gang__shm *s);

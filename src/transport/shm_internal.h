@@ -5,6 +5,8 @@
  *                futex sleep), failure of the arena, single copy
  *   shm_arena.c  setup: host identity, the memfd, agreement on single copy,
  *                room and chunk size; channels of gangs
+ *   shm_mem.c    gang_mem_alloc's segments and the mappings of peers'
+ *                segments (shm.c uses it, never the reverse)
  *
  * See shm.h for the whole design. */
 #ifndef GANG_TRANSPORT_SHM_INTERNAL_H
@@ -17,7 +19,7 @@
 #include "shm.h"
 
 #define ARENA_MAGIC 0x314d4853474e4147ull /* "GANGSHM1" */
-#define ARENA_VERSION 2u /* 2: wake lines note CPU and thread; dir use */
+#define ARENA_VERSION 3u /* 3: pub names a gang_mem_alloc segment */
 #define NCHAN 256
 #define CTL_SIZE ((sizeof(gang__shm_ctl) + 4095) / 4096 * 4096)
 #define KEY_FREE 0ull

@@ -217,3 +217,42 @@ def test_init_device_mesh_cuda_without_cuda():
     with pytest.warns(RuntimeWarning, match="no CUDA device"):
         mesh = gang.init_device_mesh("cuda", (1,))
     assert mesh.shape == (1,)
+
+
+def _fds():
+    import os
+
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_mem_empty_numpy_torch_and_lifetime():
+    import gc
+
+    torch = pytest.importorskip("torch")
+    f0 = _fds()
+    a = gang.mem_empty((3, 4), np.float32)
+    assert a.shape == (3, 4) and a.dtype == np.float32 and not a.any()
+    assert a.ctypes.data % 4096 == 0 and a.flags.writeable
+    t = gang.mem_empty(10, torch.bfloat16)
+    assert t.shape == (10,) and t.dtype == torch.bfloat16 and not t.any()
+    assert _fds() == f0 + 2  # one memfd each
+    v = t[2:5]
+    del t
+    gc.collect()
+    assert _fds() == f0 + 2  # the view holds the memory
+    v.fill_(2.0)
+    del v, a
+    gc.collect()
+    assert _fds() == f0
+    m = gang.Memory(100)
+    assert len(m) == m.nbytes == 100 and m.address % 4096 == 0
+    assert bytes(memoryview(m)[:4]) == b"\0\0\0\0"
+    # A fake gang's collectives on it, as on any buffer.
+    g = gang.FakeGang(size=2)
+    b = gang.mem_empty(4, np.float64)
+    b[:] = 1.5
+    g.all_reduce(b, R.SUM)
+    assert (b == 3.0).all()
+    for bad in (0, -1):
+        with pytest.raises(gang.InvalidArgumentError, match="nbytes must be at least 1"):
+            gang.Memory(bad)

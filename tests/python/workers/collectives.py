@@ -99,6 +99,28 @@ out = np.zeros(4, np.float32)
 root.reduce_scatter(out, x)
 check("reduce_scatter", out, want)
 
+# FSDP's pair on buffers from gang_mem_alloc (gang.mem_empty), numpy and
+# torch, large enough for the direct steps and single copy: the same
+# results as Gloo and numpy on ordinary memory
+for k in (3000, 300001):
+    x = inputs(np.float32, k)
+    refs = [torch.zeros(k) for _ in range(n)]
+    dist.all_gather(refs, torch.from_numpy(x))
+    want = np.stack([t.numpy() for t in refs])
+    out = gang.mem_empty((n, k), np.float32)
+    xin = gang.mem_empty(k, np.float32)
+    xin[:] = x
+    root.all_gather(out, xin)
+    check(f"all_gather x{k} mem_empty", out, want)
+    tout = gang.mem_empty((n, k), torch.float32)
+    root.all_gather(tout, torch.from_numpy(x))
+    check(f"all_gather x{k} mem_empty torch", tout.numpy(), want)
+    full = gang.mem_empty(n * k, torch.float32)
+    full.copy_(torch.from_numpy(np.concatenate([t.numpy() for t in refs])))
+    part = gang.mem_empty(k, torch.float32)
+    root.reduce_scatter(part, full)
+    check(f"reduce_scatter x{k} mem_empty", part.numpy(), n * want[r])
+
 # all_to_all against Gloo's all_to_all_single
 x = inputs(np.float32, 3 * n)
 ref = torch.zeros(3 * n)
