@@ -19,8 +19,12 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COLLS = ["all_reduce", "all_gather", "reduce_scatter", "broadcast",
          "all_to_all", "barrier"]
 LIBS = ["gang", "openmpi", "mpich", "gloo"]
+# bench/copy_floor's two floors (--floor): loads from memory every rank
+# maps, and process_vm_readv from the peers' buffers.
+FLOORS = ["floor", "floor_cma"]
 LABEL = {"gang": "gang", "openmpi": "Open MPI", "mpich": "MPICH",
-         "gloo": "Gloo"}
+         "gloo": "Gloo", "floor": "copy floor", "floor_cma": "CMA floor",
+         "gang_mem": "gang mem"}
 GLOO_ALGOS = ["ring", "ring_chunked", "halving_doubling", "bcube",
               "allreduce_ring", "allreduce_bcube"]
 # Debian packages per peer, and what shows they are installed.
@@ -30,6 +34,9 @@ PACKAGES = {
     "mpich": (["mpich", "libmpich-dev"], ["mpicc.mpich", "mpirun.mpich"]),
     "gloo": (["libgloo-dev", "g++"], ["/usr/include/gloo/config.h", "g++"]),
     "plot": (["gnuplot-nox"], ["gnuplot"]),
+    "floor": (["gcc"], ["gcc"]),
+    "floor_cma": (["gcc"], ["gcc"]),
+    "gang_mem": (["gcc"], ["gcc"]),
     "build": (["cmake", "gcc", "libssl-dev"], ["cmake", "gcc"]),
 }
 # glibc malloc kept from returning memory to the kernel between calls: no
@@ -117,6 +124,13 @@ def build(build_dir, libs, gang_build=None):
         if newer(out, [src] + common):
             subprocess.run([f"mpicc.{mpi}"] + cflags +
                            ["-o", out, src] + lib_c + ["-lm"], check=True)
+    if any(f in libs for f in FLOORS):
+        src = os.path.join(REPO, "bench", "copy_floor.c")
+        out = os.path.join(pdir, "copy_floor")
+        if newer(out, [src] + common):
+            # -O3 as for Gloo: the floor's sums vectorised.
+            subprocess.run(["gcc"] + cflags + ["-O3", "-o", out, src] +
+                           lib_c + ["-lm"], check=True)
     if "gloo" in libs:
         src = os.path.join(peers, "gloo_bench.cc")
         out = os.path.join(pdir, "gloo_bench")
@@ -139,6 +153,7 @@ def build(build_dir, libs, gang_build=None):
         "openmpi": os.path.join(pdir, "mpi_bench_openmpi"),
         "mpich": os.path.join(pdir, "mpi_bench_mpich"),
         "gloo": os.path.join(pdir, "gloo_bench"),
+        "floor": os.path.join(pdir, "copy_floor"),
     }
 
 
@@ -160,10 +175,12 @@ def command(lib, bins, args, coll, bench_args, store_dir):
         return args.hosts_command(lib, bins, args, argv, store_dir), env
     gangrun = [bins["gangrun"], "--standalone", "--nproc-per-node", str(np),
                "--local-ranks-filter", "0", "--term-grace", "2s"]
-    if lib == "gang" or lib.startswith("gang:"):
+    if lib in ("gang", "gang_mem") or lib.startswith("gang:"):
         if args.mode == "tcp":
             env["GANG_SHM_DISABLE"] = "1"
         env["GANG_ALGO"] = forced_algo(lib, argv)
+        if lib == "gang_mem":  # buffers from gang_mem_alloc
+            env["GANG_BENCH_MEM"] = "1"
         return gangrun + [bins["gang-bench"]] + argv, env
     if lib == "openmpi":
         cmd = ["mpirun.openmpi", "-np", str(np), "--bind-to", "none",
@@ -188,6 +205,12 @@ def command(lib, bins, args, coll, bench_args, store_dir):
             env["MPIR_CVAR_NOLOCAL"] = "1"
             env["UCX_TLS"] = "tcp"
         return ["mpirun.mpich", "-np", str(np), bins["mpich"]] + argv, env
+    if lib in FLOORS:
+        if lib == "floor_cma":
+            env["COPY_FLOOR_CMA"] = "1"
+        return ([bins["gangrun"], "--standalone", "--no-store",
+                 "--nproc-per-node", str(np), "--local-ranks-filter", "0",
+                 "--term-grace", "2s", bins["floor"]] + argv, env)
     if lib == "gloo":
         env["GLOO_STORE_DIR"] = store_dir
         extra = []

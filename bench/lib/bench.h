@@ -202,6 +202,10 @@ typedef struct bench_backend {
   /* In-place reduce_scatter leaves the result at the start of the buffer
    * (MPI_IN_PLACE) rather than at this rank's block (nccl-tests, gang). */
   int reduce_scatter_inplace_at_start;
+  /* Bit (1u << coll) per collective whose call does not compute the
+   * collective's result (bench/copy_floor's all_reduce, a copy of the same
+   * bytes): its results are not checked (#wrong N/A). */
+  unsigned unchecked;
   /* Rank 0 flips a bit of each checked result before the check, to test
    * the checker (GANG_BENCH_CORRUPT=1 for gang-bench). */
   int corrupt;
@@ -226,6 +230,10 @@ typedef struct bench_backend {
   /* Comment lines for the table's header about how this library's
    * placements of `coll` are measured ("# ...\n" each), or NULL. */
   const char *(*placement_note)(bench_coll coll);
+  /* The rank's buffer `which` (0 send, 1 recv, 2 stage) of at least
+   * `bytes`, page-aligned, owned by the backend (bench/copy_floor's live
+   * in memory every rank maps); NULL, or the hook NULL: the driver's own. */
+  unsigned char *(*buffer)(void *ctx, int which, size_t bytes);
 } bench_backend;
 
 /* Runs every row on every rank; rank 0 prints. Returns the exit status:

@@ -190,7 +190,8 @@ static int measure(run_state *st, const bench_call *c, bench_result *res) {
   res->algbw = us > 0 ? (double)c->s.bytes / (us * 1e3) : 0;
   res->busbw = res->algbw * bench_bus_factor(c->coll, b->size);
   res->wrong = -1;
-  if (a->check && c->coll != BENCH_BARRIER) {
+  if (a->check && c->coll != BENCH_BARRIER &&
+      !(b->unchecked & (1u << c->coll))) {
     prepare(st, c, 1);
     if ((rc = b->run(b->ctx, c)) != 0)
       goto out;
@@ -353,9 +354,14 @@ int bench_run(const bench_backend *b, const bench_args *a) {
   }
   run_state st = {.b = b, .a = a};
   size_t cap = a->max_bytes + BENCH_GUARD, n = (size_t)a->iters;
-  st.send = buffer(cap);
-  st.recv = buffer(cap);
-  st.stage = buffer(cap);
+  unsigned char **bufs[3] = {&st.send, &st.recv, &st.stage};
+  int owned[3] = {0, 0, 0}; /* the backend's: not freed here */
+  for (int k = 0; k < 3; k++) {
+    *bufs[k] = b->buffer != NULL ? b->buffer(b->ctx, k, cap) : NULL;
+    owned[k] = *bufs[k] != NULL;
+    if (!owned[k])
+      *bufs[k] = buffer(cap);
+  }
   st.times = calloc(n, sizeof *st.times);
   st.sorted = calloc(n, sizeof *st.sorted);
   st.arrival = a->arrival ? calloc(3 * n, sizeof *st.arrival) : NULL;
@@ -387,9 +393,9 @@ int bench_run(const bench_backend *b, const bench_args *a) {
     rc = 1;
   }
   free(ids);
-  free(st.send);
-  free(st.recv);
-  free(st.stage);
+  for (int k = 0; k < 3; k++)
+    if (!owned[k])
+      free(*bufs[k]);
   free(st.times);
   free(st.sorted);
   free(st.arrival);

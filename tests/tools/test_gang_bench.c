@@ -10,6 +10,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -543,6 +544,89 @@ static void test_arrival(void **state) {
   free(out);
 }
 
+/* Runs `prog` (gang-bench or bench/copy_floor) with `args` on `size`
+ * ranks and one extra variable (NULL: none); rank 0's stdout, which must
+ * report no out-of-bounds byte (the program exits 1 on a wrong one). */
+static char *run_prog(char *prog, int size, const char *const *args,
+                      const char *env) {
+  gt_store_proc sp = gt_store_proc_start(NULL);
+  char *argv[32] = {prog};
+  int n = 1;
+  for (int i = 0; args[i] != NULL && n < 31; i++)
+    argv[n++] = (char *)args[i];
+  argv[n] = NULL;
+  launch l = {.argv = argv, .port = sp.port, .extra_env = env};
+  snprintf(l.run_id, sizeof l.run_id, "bench-%d-%d", (int)getpid(),
+           run_counter++);
+  l.out_fd = gt_out_fd("bench-out");
+  assert_true(l.out_fd >= 0);
+  int rc = gt_run_ranks(size, exec_rank, &l, 60000);
+  char *out = slurp(l.out_fd);
+  close(l.out_fd);
+  gt_store_proc_stop(&sp);
+  if (rc != 0 || strstr(out, "# Out of bounds values : 0 OK") == NULL)
+    fail_msg("%s %s on %d ranks (%s) failed:\n%s", prog, args[1], size,
+             env ? env : "", out);
+  return out;
+}
+
+/* Buffers from gang_mem_alloc (GANG_BENCH_MEM=1): every collective checks
+ * out at sizes that take the direct steps and single copy, several
+ * staging chunks included. */
+static void test_gang_mem_buffers(void **state) {
+  (void)state;
+  const char *ops[] = {"all_gather", "reduce_scatter", "all_to_all",
+                       "broadcast", "all_reduce"};
+  for (int size = 2; size <= 3; size++)
+    for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++) {
+      const char *args[] = {"--op", ops[k], "-b", "64k", "-e", "4M", "-f",
+                            "8",    "-n",   "2",  "-w",  "1",  NULL};
+      free(run_prog(tool, size, args, "GANG_BENCH_MEM=1"));
+    }
+}
+
+/* bench/copy_floor, the memory floor bench/compare --floor measures:
+ * every collective's results check out (all_reduce's, a copy, are not
+ * checked: N/A), with loads and with process_vm_readv. */
+static void test_copy_floor(void **state) {
+  (void)state;
+  size_t cap = strlen(GT_BUILD_DIR) + 32;
+  char *floor_tool = malloc(cap);
+  assert_non_null(floor_tool);
+  snprintf(floor_tool, cap, "%s/bench/copy_floor", GT_BUILD_DIR);
+  const char *ops[] = {"all_gather", "reduce_scatter", "all_to_all",
+                       "broadcast",  "all_reduce",     "barrier"};
+  const char *envs[] = {NULL, "COPY_FLOOR_CMA=1"};
+  for (int size = 2; size <= 3; size++)
+    for (int e = 0; e < 2; e++)
+      for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++) {
+        const char *args[] = {"--op", ops[k], "-b", "1k", "-e", "1M", "-f",
+                              "32",   "-n",   "2",  "-w", "1",  NULL};
+        char *out = run_prog(floor_tool, size, args, envs[e]);
+        bool copy = strcmp(ops[k], "all_reduce") == 0;
+        /* Rows: #wrong 0 in both placements, or N/A for the copy. */
+        int rows = 0;
+        char *save = NULL;
+        for (char *line = strtok_r(out, "\n", &save); line;
+             line = strtok_r(NULL, "\n", &save)) {
+          if (line[0] == '#')
+            continue;
+          char *f[20];
+          if (strcmp(ops[k], "barrier") == 0) {
+            rows++;
+            continue;
+          }
+          assert_int_equal(split(line, f, 20), 13);
+          assert_string_equal(f[8], copy ? "N/A" : "0");
+          assert_string_equal(f[12], copy ? "N/A" : "0");
+          rows++;
+        }
+        assert_int_equal(rows, strcmp(ops[k], "barrier") == 0 ? 1 : 3);
+        free(out);
+      }
+  free(floor_tool);
+}
+
 int main(void) {
   tool = gt_tool_path("gang-bench");
   const struct CMUnitTest tests[] = {
@@ -554,6 +638,8 @@ int main(void) {
       GT_TEST(test_all_types_and_ops),
       GT_TEST(test_16_ranks_oversubscribed),
       GT_TEST(test_arrival),
+      GT_TEST(test_gang_mem_buffers),
+      GT_TEST(test_copy_floor),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   free(tool);

@@ -8,6 +8,8 @@
  * output) is bench/lib's, shared with the peer programs bench/compare runs
  * for Open MPI, MPICH and Gloo; this file is the gang backend: the calls.
  *
+ * GANG_BENCH_MEM=1 takes the buffers from gang_mem_alloc.
+ *
  * gang's all_reduce and broadcast work in place only, and its all_to_all
  * only out of place; the missing placement is measured the way a caller
  * would get it: a copy plus the call (docs/benchmarking.md). */
@@ -133,6 +135,20 @@ static const char *placement_note(bench_coll c) {
   }
 }
 
+/* GANG_BENCH_MEM=1: the send, receive and stage buffers from
+ * gang_mem_alloc, which other ranks of the host read directly. */
+static void *mem[3];
+
+static unsigned char *mem_buffer(void *ctx, int which, size_t bytes) {
+  (void)ctx;
+  if (gang_mem_alloc(bytes, &mem[which]) != GANG_OK) {
+    fprintf(stderr, "gang-bench: GANG_BENCH_MEM: %s\n", gang_last_error());
+    return NULL; /* the driver's own buffer then */
+  }
+  memset(mem[which], 0, bytes); /* its pages faulted in before the timing */
+  return mem[which];
+}
+
 int main(int argc, char **argv) {
   bench_args a;
   int rc = bench_parse_args(argc, argv, &program, &a);
@@ -163,7 +179,12 @@ int main(int argc, char **argv) {
                      .gather_ids = gather_ids,
                      .chosen = chosen,
                      .placement_note = placement_note};
+  const char *m = getenv("GANG_BENCH_MEM");
+  if (m != NULL && strcmp(m, "1") == 0)
+    b.buffer = mem_buffer;
   rc = bench_run(&b, &a);
   gang_destroy(g);
+  for (int k = 0; k < 3; k++)
+    gang_mem_free(mem[k]);
   return rc;
 }
