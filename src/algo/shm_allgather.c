@@ -49,7 +49,7 @@ static gang_status allgather_single_copy(gang__shm_chan *c, unsigned char *o,
  * the segment (shm.h, "Direct steps"). */
 static gang_status allgather_staged(gang__shm_chan *c, unsigned char *o,
                                     const unsigned char *src, size_t bytes,
-                                    bool small) {
+                                    bool small, bool own_last) {
   int p = c->size, me = c->rank;
   size_t chunk = small ? bytes : c->chunk;
   gang__mem_ref seg;
@@ -87,6 +87,10 @@ static gang_status allgather_staged(gang__shm_chan *c, unsigned char *o,
       memcpy(to, theirs, n);
     }
   }
+  /* A direct input outside out: this member's own block goes to its slot
+   * while the others still read the input. */
+  if (own_last)
+    memcpy(o + (size_t)me * bytes, src, bytes);
   if (!any_direct)
     return GANG_OK;
   uint64_t t = ++c->step; /* every read done: owners may go */
@@ -139,12 +143,23 @@ gang_status gang__shm_allgather_small(gang__shm_chan *c, const algo_call *k) {
   size_t bytes;
   return own_block(c, k, &bytes)
              ? GANG_OK
-             : allgather_staged(c, k->out, mine(c, k, bytes), bytes, true);
+             : allgather_staged(c, k->out, mine(c, k, bytes), bytes, true,
+                                false);
 }
 
 gang_status gang__shm_allgather_staged(gang__shm_chan *c, const algo_call *k) {
-  size_t bytes;
+  size_t bytes = k->count * gang_dtype_size(k->dtype);
+  uintptr_t in = (uintptr_t)k->in, out = (uintptr_t)k->out;
+  gang__mem_ref seg;
+  /* An input from gang_mem_alloc apart from out: the others read it there
+   * and this member's own block moves while they do (no copy of it first,
+   * on which they would wait). */
+  if (c->size > 1 && bytes > 0 &&
+      (in + bytes <= out || in >= out + (uintptr_t)c->size * bytes) &&
+      gang__shm_direct_mine(k->in, bytes, &seg))
+    return allgather_staged(c, k->out, k->in, bytes, false, true);
   return own_block(c, k, &bytes)
              ? GANG_OK
-             : allgather_staged(c, k->out, mine(c, k, bytes), bytes, false);
+             : allgather_staged(c, k->out, mine(c, k, bytes), bytes, false,
+                                false);
 }

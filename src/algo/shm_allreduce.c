@@ -217,24 +217,53 @@ static gang_status way_agree(gang__shm_chan *c, size_t bytes, int *way) {
   return GANG_OK;
 }
 
+/* Member j's block [off, off + len) of the chunk at `done`, as step t
+ * offers it: from j's buffer when j went direct (shm.h, "Direct steps"),
+ * else from its staging buffer. *token as gang__shm_peek_direct's. */
+static gang_status rsag_from(gang__shm_chan *c, int j, uint64_t t, size_t done,
+                             size_t off, size_t len, size_t es, void *spare,
+                             const unsigned char **out, void **token,
+                             bool *direct) {
+  gang__shm_direct d;
+  *token = NULL;
+  if (!gang__shm_get_direct(c, j, t, &d)) {
+    *out = gang__shm_buf(c, j, t) + off * es;
+    return GANG_OK;
+  }
+  *direct = true;
+  const void *p;
+  GANG_CHECK(gang__shm_peek_direct(c, j, &d, (done + off) * es, len * es, spare,
+                                   &p, token));
+  *out = p;
+  return GANG_OK;
+}
+
 static gang_status rsag(gang__shm_chan *c, unsigned char *buf, size_t count,
                         gang_dtype dt, gang_reduce_op op) {
   size_t es = gang_dtype_size(dt);
   size_t per = c->chunk / es;
   int p = c->size, me = c->rank;
   unsigned char *src[GANG_SHM_MAX_LOCAL];
+  void *tokens[GANG_SHM_MAX_LOCAL];
+  /* A buffer from gang_mem_alloc is read where it is: nothing staged. */
+  gang__mem_ref seg;
+  bool direct = gang__shm_direct_mine(buf, count * es, &seg);
+  bool any_direct = direct;
+  /* process_vm_readv's pieces of direct peers it cannot map */
+  unsigned char *spare = NULL;
   for (size_t done = 0; done < count; done += per) {
     size_t n = count - done < per ? count - done : per;
     unsigned char *chunk = buf + done * es;
     uint64_t t = ++c->step;
     GANG_CHECK(gang__shm_begin(c, t));
+    gang__shm_set_direct(c, t, buf, direct ? &seg : NULL);
     /* Stage the blocks the others reduce; my own block is read from my
      * buffer, unless I am past the first two members (the reduction
      * writes my block before it reads my operand, so that stays staged). */
     unsigned char *mine = gang__shm_buf(c, me, t);
     size_t off, len;
     for (int j = 0; j < p; j++) {
-      if (j == me && me < 2)
+      if ((j == me && me < 2) || (j != me && direct))
         continue;
       gang__algo_block(n, p, j, &off, &len);
       memcpy(mine + off * es, chunk + off * es, len * es);
@@ -244,24 +273,56 @@ static gang_status rsag(gang__shm_chan *c, unsigned char *buf, size_t count,
     if (done == 0)
       way_arrived(c);
     gang__algo_block(n, p, me, &off, &len);
+    gang_status st = GANG_OK;
+    for (int j = 0; j < p; j++) {
+      tokens[j] = NULL;
+      if (j == me) {
+        src[j] = (me < 2 ? chunk : mine) + off * es;
+        continue;
+      }
+      const unsigned char *f = NULL;
+      void *sp = spare;
+      if (st == GANG_OK && spare == NULL)
+        st = gang__shm_scratch(c, (size_t)p * (per / (size_t)p + 1) * es, &sp);
+      spare = sp;
+      if (st == GANG_OK)
+        st =
+            rsag_from(c, j, t, done, off, len, es, spare + (size_t)j * len * es,
+                      &f, &tokens[j], &any_direct);
+      src[j] = (unsigned char *)f;
+    }
+    if (st == GANG_OK)
+      shm_reduce_members(chunk + off * es, src, p, len, dt, op);
     for (int j = 0; j < p; j++)
-      src[j] = (j == me && me < 2 ? chunk : gang__shm_buf(c, j, t)) + off * es;
-    shm_reduce_members(chunk + off * es, src, p, len, dt, op);
+      gang__mem_peer_put(tokens[j]);
+    GANG_CHECK(st);
     /* Step t+1: stage the reduced block (everyone published t, so the
-     * other parity is free). */
+     * other parity is free), or offer it where it is. */
     uint64_t t2 = ++c->step;
-    memcpy(gang__shm_buf(c, me, t2) + off * es, chunk + off * es, len * es);
+    gang__shm_set_direct(c, t2, buf, direct ? &seg : NULL);
+    if (!direct)
+      memcpy(gang__shm_buf(c, me, t2) + off * es, chunk + off * es, len * es);
     gang__shm_publish(c, t2);
     GANG_CHECK(gang__shm_wait_all(c, t2));
     for (int j = 0; j < p; j++) {
       if (j == me)
         continue;
       gang__algo_block(n, p, j, &off, &len);
-      memcpy(chunk + off * es, gang__shm_buf(c, j, t2) + off * es, len * es);
+      const unsigned char *f;
+      void *token;
+      GANG_CHECK(rsag_from(c, j, t2, done, off, len, es, chunk + off * es, &f,
+                           &token, &any_direct));
+      if (f != chunk + off * es)
+        memcpy(chunk + off * es, f, len * es);
+      gang__mem_peer_put(token);
     }
   }
   way_end(c);
-  return GANG_OK;
+  if (!any_direct)
+    return GANG_OK;
+  uint64_t t = ++c->step; /* every read done: owners may go */
+  gang__shm_publish(c, t);
+  return gang__shm_wait_all(c, t);
 }
 
 static gang_status single_copy(gang__shm_chan *c, unsigned char *buf,

@@ -78,6 +78,9 @@ static const mcase cases[] = {
     {"broadcast=single_copy", "broadcast", 300001},
     {"broadcast=two_ends", "broadcast", 300001},
     {"all_reduce=single_copy", "all_reduce", 600001},
+    {"all_reduce=staged", "all_reduce", 600001},
+    {"all_reduce=staged", "all_reduce", 5000},
+    {"all_reduce=staged_or_single_copy", "all_reduce", 600001},
 };
 
 static const mcase *g_case;
