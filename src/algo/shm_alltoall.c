@@ -3,7 +3,9 @@
  *
  *   staged (equal blocks): per step, each member stages a part (shm_part)
  *     of every block of its input, one per destination; then copies its
- *     part from every member's staging to out.
+ *     part from every member's staging to out. A member whose input is
+ *     from gang_mem_alloc stages nothing: the others copy its parts from
+ *     the segment, and one more step ends the call.
  *   single copy (larger blocks, when allowed, larger still when
  *     oversubscribed, and always for variable blocks): each member publishes
  * its input's address (and for all_to_all_v the offset of each destination's
@@ -93,27 +95,50 @@ static gang_status alltoall_single_copy(gang__shm_chan *c, unsigned char *o,
   return pull_all(c, o, off, len);
 }
 
+/* Staged in parts; a member whose input lies in a gang_mem_alloc segment
+ * goes direct: it stages nothing and the others copy its parts from their
+ * mapping of the segment (shm.h, "Direct steps"). */
 static gang_status alltoall_staged(gang__shm_chan *c, unsigned char *o,
                                    const unsigned char *src, size_t bytes) {
   int p = c->size, me = c->rank;
   size_t part = shm_part(c, 1);
+  gang__mem_ref seg;
+  bool direct = gang__shm_direct_mine(src, (size_t)p * bytes, &seg);
+  bool any_direct = direct;
   for (size_t done = 0; done < bytes; done += part) {
     size_t n = bytes - done < part ? bytes - done : part;
     uint64_t t = ++c->step;
     GANG_CHECK(gang__shm_begin(c, t));
+    gang__shm_set_direct(c, t, src, direct ? &seg : NULL);
     unsigned char *stage = gang__shm_buf(c, me, t);
-    for (int q = 0; q < p; q++)
+    for (int q = 0; q < p && !direct; q++)
       if (q != me)
         memcpy(stage + (size_t)q * part, src + (size_t)q * bytes + done, n);
     gang__shm_publish(c, t);
     GANG_CHECK(gang__shm_wait_all(c, t));
     for (int k = 1; k < p; k++) {
       int j = (me + k) % p;
-      memcpy(o + (size_t)j * bytes + done,
-             gang__shm_buf(c, j, t) + (size_t)me * part, n);
+      unsigned char *to = o + (size_t)j * bytes + done;
+      gang__shm_direct d;
+      if (gang__shm_get_direct(c, j, t, &d)) {
+        any_direct = true;
+        const void *from;
+        void *token;
+        GANG_CHECK(gang__shm_peek_direct(c, j, &d, (size_t)me * bytes + done, n,
+                                         to, &from, &token));
+        if (from != to)
+          memcpy(to, from, n);
+        gang__mem_peer_put(token);
+        continue;
+      }
+      memcpy(to, gang__shm_buf(c, j, t) + (size_t)me * part, n);
     }
   }
-  return GANG_OK;
+  if (!any_direct)
+    return GANG_OK;
+  uint64_t t = ++c->step; /* every read done: owners may go */
+  gang__shm_publish(c, t);
+  return gang__shm_wait_all(c, t);
 }
 
 /* ---- The handlers (run.c) ---------------------------------------------- */
