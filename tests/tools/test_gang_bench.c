@@ -67,17 +67,19 @@ static char *slurp(int fd) {
   return s;
 }
 
-/* Runs gang-bench with `args` (NULL-terminated) on `size` ranks; returns
- * rank 0's stdout (caller frees). Fails the test unless every rank exits
- * 0 within timeout_ms. */
-static char *run_bench_for(int size, const char *const *args, int timeout_ms) {
+/* Runs `prog` (gang-bench or bench/copy_floor) with `args`
+ * (NULL-terminated) on `size` ranks, with one extra variable `env` (NULL:
+ * none); returns rank 0's stdout (caller frees). Fails the test unless
+ * every rank exits 0 within timeout_ms. */
+static char *run_prog_for(char *prog, int size, const char *const *args,
+                          const char *env, int timeout_ms) {
   gt_store_proc sp = gt_store_proc_start(NULL);
-  char *argv[32] = {tool};
+  char *argv[32] = {prog};
   int n = 1;
   for (int i = 0; args[i] != NULL && n < 31; i++)
     argv[n++] = (char *)args[i];
   argv[n] = NULL;
-  launch l = {.argv = argv, .port = sp.port};
+  launch l = {.argv = argv, .port = sp.port, .extra_env = env};
   snprintf(l.run_id, sizeof l.run_id, "bench-%d-%d", (int)getpid(),
            run_counter++);
   l.out_fd = gt_out_fd("bench-out");
@@ -88,9 +90,14 @@ static char *run_bench_for(int size, const char *const *args, int timeout_ms) {
   gt_store_proc_stop(&sp);
   if (rc != 0) {
     fprintf(stderr, "rank 0 stdout:\n%s\n", out);
-    fail_msg("gang-bench on %d ranks failed", size);
+    fail_msg("%s %s on %d ranks (%s) failed", prog, args[1], size,
+             env ? env : "");
   }
   return out;
+}
+
+static char *run_bench_for(int size, const char *const *args, int timeout_ms) {
+  return run_prog_for(tool, size, args, NULL, timeout_ms);
 }
 
 static char *run_bench(int size, const char *const *args) {
@@ -324,6 +331,24 @@ static void check_json(const coll_case *c, int n, char *out) {
   assert_int_equal(summary, 1);
 }
 
+/* The rows of a table (out, changed by strtok) whose #wrong columns, both
+ * placements, read `wrong`; how many there are. */
+static int table_rows(char *out, const char *wrong) {
+  int rows = 0;
+  char *save = NULL;
+  for (char *line = strtok_r(out, "\n", &save); line;
+       line = strtok_r(NULL, "\n", &save)) {
+    if (line[0] == '#')
+      continue;
+    char *f[20];
+    assert_int_equal(split(line, f, 20), 13);
+    assert_string_equal(f[8], wrong);
+    assert_string_equal(f[12], wrong);
+    rows++;
+  }
+  return rows;
+}
+
 /* ---- Tests ------------------------------------------------------------- */
 
 static void run_case(const coll_case *c, int n, int json) {
@@ -369,20 +394,8 @@ static void test_all_types_and_ops(void **state) {
                           "-f",   "4",      "-n", "1",   "-w", "0",
                           "-d",   "all",    "-o", "all", NULL};
     char *out = run_bench(3, args);
-    int rows = 0;
-    char *save = NULL;
-    for (char *line = strtok_r(out, "\n", &save); line;
-         line = strtok_r(NULL, "\n", &save)) {
-      if (line[0] == '#')
-        continue;
-      char *f[20];
-      assert_int_equal(split(line, f, 20), 13);
-      assert_string_equal(f[8], "0");
-      assert_string_equal(f[12], "0");
-      rows++;
-    }
     /* 11 types x 5 ops x sizes 1, 4, 16, 64, 256, 1k, 4k. */
-    assert_int_equal(rows, 11 * 5 * 7);
+    assert_int_equal(table_rows(out, "0"), 11 * 5 * 7);
     free(out);
   }
 }
@@ -544,29 +557,14 @@ static void test_arrival(void **state) {
   free(out);
 }
 
-/* Runs `prog` (gang-bench or bench/copy_floor) with `args` on `size`
- * ranks and one extra variable (NULL: none); rank 0's stdout, which must
- * report no out-of-bounds byte (the program exits 1 on a wrong one). */
+/* run_prog_for, and rank 0's table must report no out-of-bounds byte
+ * (the program exits 1 on a wrong one). */
 static char *run_prog(char *prog, int size, const char *const *args,
                       const char *env) {
-  gt_store_proc sp = gt_store_proc_start(NULL);
-  char *argv[32] = {prog};
-  int n = 1;
-  for (int i = 0; args[i] != NULL && n < 31; i++)
-    argv[n++] = (char *)args[i];
-  argv[n] = NULL;
-  launch l = {.argv = argv, .port = sp.port, .extra_env = env};
-  snprintf(l.run_id, sizeof l.run_id, "bench-%d-%d", (int)getpid(),
-           run_counter++);
-  l.out_fd = gt_out_fd("bench-out");
-  assert_true(l.out_fd >= 0);
-  int rc = gt_run_ranks(size, exec_rank, &l, 60000);
-  char *out = slurp(l.out_fd);
-  close(l.out_fd);
-  gt_store_proc_stop(&sp);
-  if (rc != 0 || strstr(out, "# Out of bounds values : 0 OK") == NULL)
-    fail_msg("%s %s on %d ranks (%s) failed:\n%s", prog, args[1], size,
-             env ? env : "", out);
+  char *out = run_prog_for(prog, size, args, env, 60000);
+  if (strstr(out, "# Out of bounds values : 0 OK") == NULL)
+    fail_msg("%s %s on %d ranks (%s): no clean summary:\n%s", prog, args[1],
+             size, env ? env : "", out);
   return out;
 }
 
@@ -603,25 +601,11 @@ static void test_copy_floor(void **state) {
       const char *args[] = {"--op", ops[k], "-b", "1k", "-e", "1M", "-f",
                             "32",   "-n",   "2",  "-w", "1",  NULL};
       char *out = run_prog(floor_tool, size, args, envs[e]);
-      bool copy = strcmp(ops[k], "all_reduce") == 0;
-      /* Rows: #wrong 0 in both placements, or N/A for the copy. */
-      int rows = 0;
-      char *save = NULL;
-      for (char *line = strtok_r(out, "\n", &save); line;
-           line = strtok_r(NULL, "\n", &save)) {
-        if (line[0] == '#')
-          continue;
-        char *f[20];
-        if (strcmp(ops[k], "barrier") == 0) {
-          rows++;
-          continue;
-        }
-        assert_int_equal(split(line, f, 20), 13);
-        assert_string_equal(f[8], copy ? "N/A" : "0");
-        assert_string_equal(f[12], copy ? "N/A" : "0");
-        rows++;
-      }
-      assert_int_equal(rows, strcmp(ops[k], "barrier") == 0 ? 1 : 3);
+      /* #wrong 0 in both placements; N/A for the copy and the barrier. */
+      bool unchecked =
+          strcmp(ops[k], "all_reduce") == 0 || strcmp(ops[k], "barrier") == 0;
+      assert_int_equal(table_rows(out, unchecked ? "N/A" : "0"),
+                       strcmp(ops[k], "barrier") == 0 ? 1 : 3);
       free(out);
     }
   }
