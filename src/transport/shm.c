@@ -429,8 +429,6 @@ gang_status gang__shm_wait_slow(gang__shm_chan *c, int member, uint64_t seq) {
 /* ---- Single copy ----------------------------------------------------------
  */
 
-/* Copies len bytes between this process's `local` and address `remote` of
- * member's process, in the direction `write` says. */
 /* Member's [remote, remote + len) mapped here, when it lies in the
  * gang_mem_alloc segment `seg` and the segment can be mapped; NULL
  * otherwise. Hold *token until gang__mem_peer_put. */
@@ -445,6 +443,10 @@ static unsigned char *mapped(gang__shm_chan *c, int member,
   return m != NULL ? m + (remote - seg->base) : NULL;
 }
 
+/* Copies len bytes between this process's `local` and address `remote` of
+ * member's process, in the direction `write` says: through the mapping
+ * when `remote` lies in the gang_mem_alloc segment `seg`, else with
+ * process_vm_readv / writev. */
 static gang_status copy_remote(gang__shm_chan *c, int member, void *local,
                                uint64_t remote, size_t len, bool write,
                                const gang__mem_ref *seg) {

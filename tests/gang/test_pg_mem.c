@@ -70,14 +70,14 @@ typedef struct mcase {
 /* Staged sizes that span several chunks of 2 and 3 ranks (1 MiB, 128 KiB)
  * and one that fits one. */
 static const mcase cases[] = {
-    {"all_gather=staged", "all_gather", 700001, true},
+    {"all_gather=staged", "all_gather", 300001, true},
     {"all_gather=staged", "all_gather", 5000, false},
     {"all_gather=single_copy", "all_gather", 300001, false},
-    {"reduce_scatter=staged", "reduce_scatter", 700001, true},
+    {"reduce_scatter=staged", "reduce_scatter", 300001, true},
     {"reduce_scatter=staged", "reduce_scatter", 5000, false},
     {"reduce_scatter=single_copy", "reduce_scatter", 300001, false},
     {"all_to_all=single_copy", "all_to_all", 300001, false},
-    {"all_to_all=staged", "all_to_all", 700001, true},
+    {"all_to_all=staged", "all_to_all", 300001, true},
     {"all_to_all=staged", "all_to_all", 5000, false},
     {"broadcast=single_copy", "broadcast", 300001, false},
     {"broadcast=two_ends", "broadcast", 300001, false},
