@@ -330,8 +330,9 @@ static inline unsigned char *gang__shm_buf(gang__shm_chan *c, int member,
 
 /* Copies `len` bytes at address `remote` of member `member` into `dst`
  * (loads from the mapping when the member's published input lies in a
- * gang_mem_alloc segment that holds them, else process_vm_readv). Fails with GANG_SYSTEM (and disables single copy for
- * this channel) when the kernel refuses; callers then fall back. */
+ * gang_mem_alloc segment that holds them, else process_vm_readv). Fails with
+ * GANG_SYSTEM (and disables single copy for this channel) when the kernel
+ * refuses; callers then fall back. */
 gang_status gang__shm_read_remote(gang__shm_chan *c, int member, void *dst,
                                   uint64_t remote, size_t len);
 
