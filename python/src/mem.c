@@ -9,7 +9,6 @@
 typedef struct gpy_mem {
   PyObject_HEAD void *ptr;
   Py_ssize_t nbytes;
-  Py_ssize_t exports; /* buffer views alive */
 } gpy_mem;
 
 static PyObject *mem_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
@@ -39,20 +38,14 @@ static void mem_dealloc(PyObject *self) {
   Py_TYPE(self)->tp_free(self);
 }
 
+/* A view holds a reference to the Memory (view->obj), so the bytes stay
+ * until the last view goes. */
 static int mem_getbuffer(PyObject *self, Py_buffer *view, int flags) {
   gpy_mem *m = (gpy_mem *)self;
-  if (PyBuffer_FillInfo(view, self, m->ptr, m->nbytes, 0, flags) < 0)
-    return -1;
-  m->exports++;
-  return 0;
+  return PyBuffer_FillInfo(view, self, m->ptr, m->nbytes, 0, flags);
 }
 
-static void mem_releasebuffer(PyObject *self, Py_buffer *view) {
-  (void)view;
-  ((gpy_mem *)self)->exports--;
-}
-
-static PyBufferProcs mem_as_buffer = {mem_getbuffer, mem_releasebuffer};
+static PyBufferProcs mem_as_buffer = {mem_getbuffer, NULL};
 
 static PyObject *mem_nbytes(PyObject *self, void *closure) {
   (void)closure;
