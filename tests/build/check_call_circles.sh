@@ -23,11 +23,11 @@ trap 'rm -rf "$tmp"' EXIT
 short() { sed -e 's#^.*\.dir/##' -e 's#\.o # #'; }
 for o in "$@"; do
   [ -f "$o" ] || { echo "$name: no object file $o"; exit 1; }
-  nm -P --defined-only -g "$o" | awk -v f="$o" '{print f, $1}'
-done | short >"$tmp/defs"
-for o in "$@"; do
-  nm -P -u "$o" | awk -v f="$o" '{print f, $1}'
-done | short >"$tmp/uses"
+done
+# One nm over every object (-A: each line starts with "object: ").
+nm -P -A --defined-only -g "$@" | sed 's/: / /' | awk '{print $1, $2}' \
+  | short >"$tmp/defs"
+nm -P -A -u "$@" | sed 's/: / /' | awk '{print $1, $2}' | short >"$tmp/uses"
 
 ndefs=$(wc -l <"$tmp/defs")
 [ "$ndefs" -gt 0 ] || { echo "$name: the objects define nothing"; exit 1; }
