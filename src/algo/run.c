@@ -35,6 +35,7 @@ static const shm_handler shm_handlers[ALGO_COLL_COUNT][ALGO_COUNT] = {
             [ALGO_SHM_SMALL] = gang__shm_allgather_small,
             [ALGO_SHM_STAGED] = gang__shm_allgather_staged,
             [ALGO_SHM_SINGLE_COPY] = gang__shm_allgather_single_copy,
+            [ALGO_SHM_MEASURED] = gang__shm_allgather_measured,
         },
     [ALGO_REDUCE_SCATTER] =
         {

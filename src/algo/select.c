@@ -68,12 +68,13 @@ static const algo_rule rules[] = {
     {ALGO_BROADCAST, ALGO_PATH_SHM, ALGO_SHM_SINGLE_COPY, ANY, 64 * KIB, ANY,
      NEED_CMA | WHEN_ROOMY},
     {ALGO_BROADCAST, ALGO_PATH_SHM, ALGO_SHM_STAGED, ANY, 0, ANY, 0},
-    /* Two members: staging is faster up to 2 MiB blocks (in place 1.1-1.6x,
-     * out of place 1.4-2.1x); from 8 MiB they are within the machine's
-     * memory states of each other, and single copy of the peers. */
+    /* Two members: which is faster depends on the machine's memory state
+     * (2 MiB blocks in place: staging 1.1-1.6x faster in one, 4-5x slower
+     * in another), so they measure both (shm_way.c); below 128 KiB blocks
+     * staging was faster in every state. */
     {ALGO_ALL_GATHER, ALGO_PATH_SHM, ALGO_SHM_SINGLE_COPY, ANY, 32 * KIB, ANY,
      NEED_CMA | WHEN_ROOMY | WHEN_THREE_UP},
-    {ALGO_ALL_GATHER, ALGO_PATH_SHM, ALGO_SHM_SINGLE_COPY, ANY, 4 * MIB, ANY,
+    {ALGO_ALL_GATHER, ALGO_PATH_SHM, ALGO_SHM_MEASURED, ANY, 128 * KIB, ANY,
      NEED_CMA | WHEN_ROOMY},
     {ALGO_ALL_GATHER, ALGO_PATH_SHM, ALGO_SHM_SMALL, KIB, 0, KIB, 0},
     {ALGO_ALL_GATHER, ALGO_PATH_SHM, ALGO_SHM_STAGED, ANY, 0, ANY, 0},

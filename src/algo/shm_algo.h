@@ -60,6 +60,26 @@ gang_status gang__shm_alltoall_single_copy(gang__shm_chan *c,
 gang_status gang__shm_alltoallv_single_copy(gang__shm_chan *c,
                                             const algo_call *k);
 
+gang_status gang__shm_allgather_measured(gang__shm_chan *c, const algo_call *k);
+
+/* Measured ways (shm_way.c): where two members choose per call between
+ * staged chunks and single copy by timing both. gang__shm_way_agree is
+ * one flagged step in which the members agree on the way for a call of
+ * `bytes` of this kind (and starts its clock); gang__shm_way_learn, once
+ * the call is done, keeps its time. */
+typedef enum gang__shm_way_kind {
+  GANG__SHM_WAY_ALL_REDUCE,
+  GANG__SHM_WAY_ALL_GATHER_IN, /* in place */
+  GANG__SHM_WAY_ALL_GATHER_OUT,
+} gang__shm_way_kind;
+enum { GANG__SHM_WAY_STAGED = 0, GANG__SHM_WAY_SINGLE_COPY = 1 };
+_Static_assert(GANG__SHM_WAY_ALL_GATHER_OUT < GANG__SHM_WAY_KINDS,
+               "shm.h keeps times for every kind");
+gang_status gang__shm_way_agree(gang__shm_chan *c, gang__shm_way_kind kind,
+                                size_t bytes, int *way);
+void gang__shm_way_learn(gang__shm_chan *c, gang__shm_way_kind kind, int way,
+                         size_t bytes);
+
 /* What the table needs to know of a channel for a call of `bytes` (see
  * select.h for what bytes means per collective) and `count` elements. */
 static inline algo_facts shm_facts(const gang__shm_chan *c, size_t bytes,

@@ -12,7 +12,9 @@
  *   single copy (larger blocks, when allowed): each member
  *     publishes its input's address; everyone pulls every other block
  *     straight from the owner's input into out, then puts its own block
- *     in place, then waits until all pulls are done. */
+ *     in place, then waits until all pulls are done.
+ *   staged or single copy (two members): whichever the members measured
+ *     faster for calls of that size and placement (shm_way.c). */
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
@@ -162,4 +164,22 @@ gang_status gang__shm_allgather_staged(gang__shm_chan *c, const algo_call *k) {
              ? GANG_OK
              : allgather_staged(c, k->out, mine(c, k, bytes), bytes, false,
                                 false);
+}
+
+gang_status gang__shm_allgather_measured(gang__shm_chan *c,
+                                         const algo_call *k) {
+  size_t bytes = k->count * gang_dtype_size(k->dtype);
+  if (c->size == 1 || bytes == 0)
+    return gang__shm_allgather_staged(c, k);
+  gang__shm_way_kind kind =
+      (uintptr_t)k->in == (uintptr_t)k->out + (uintptr_t)c->rank * bytes
+          ? GANG__SHM_WAY_ALL_GATHER_IN
+          : GANG__SHM_WAY_ALL_GATHER_OUT;
+  int way;
+  GANG_CHECK(gang__shm_way_agree(c, kind, bytes, &way));
+  GANG_CHECK(way == GANG__SHM_WAY_SINGLE_COPY
+                 ? gang__shm_allgather_single_copy(c, k)
+                 : gang__shm_allgather_staged(c, k));
+  gang__shm_way_learn(c, kind, way, bytes);
+  return GANG_OK;
 }

@@ -27,7 +27,8 @@
  *     member pulls its block straight from the others' buffers, reduces,
  *     then pulls the others' reduced blocks. Three steps, no staging.
  *     Two members take it for the largest when they measured it faster than
- *     staged chunks ("Staged or single copy: measured" below).
+ *     staged chunks (shm_way.c), from the table's staged_or_single_copy
+ *     entry.
  *
  * Results are bit-identical on every member: every element is reduced in
  * rank order (m0 op m1 op m2 ...) by one member, or by all in the same
@@ -35,7 +36,6 @@
 #include <string.h>
 
 #include "algo.h"
-#include "core/clock.h"
 #include "core/reduce.h"
 #include "shm_algo.h"
 
@@ -117,106 +117,6 @@ static gang_status allread(gang__shm_chan *c, unsigned char *buf, size_t count,
   return GANG_OK;
 }
 
-/* ---- Staged or single copy: measured -------------------------------------
- *
- * From 16 MiB two members choose per call between staged chunks and single
- * copy by measuring both. No rule held on the 2-core machine of the
- * figures: idle in its fast state staged chunks took 7-8 ms for 64 MiB
- * against 17-19 single copy, idle in its slow state 32 against 19; beside
- * four shell loops of `sleep 0.001` staged took 20-24 ms against 29-36 in
- * the fast state and 77-87 against 27-28 in the slow one (each staged chunk
- * is two steps at which both members must run; single copy has three in
- * all, and copies the bytes once fewer).
- *
- * Each member times its calls from the moment everyone had arrived (the
- * first wait of the call; late arrivals are the application's) to their
- * end, keeps the last five per way and size class, and proposes the way
- * whose times have the lower median (one slow call must not decide):
- * staged first, single copy next, then the faster, and the other again in
- * one call in SHM_WAY_RETRY, as the machine's state changes. The members
- * agree in one flagged step before the call: any single copy takes single
- * copy on every member. Below 16 MiB the trials cost more than single copy
- * ever saved (4 MiB beside four loops: 0.5-2.9 ms measuring against
- * 0.3-0.9 staged). */
-#define SHM_WAY_RETRY 64
-#define SHM_WAY_CLASSES 6
-#define SHM_WAY_SAMPLES 5
-
-enum { WAY_STAGED = 0, WAY_SINGLE_COPY = 1 };
-
-/* Everyone has arrived: the call's clock starts. */
-static void way_arrived(gang__shm_chan *c) { c->way_wall0 = gang__now_ns(); }
-
-static void way_end(gang__shm_chan *c) {
-  c->way_wall = gang__now_ns() - c->way_wall0;
-}
-
-/* The size class of a call: 16, 32, ... MiB, 512 MiB and up. */
-static int way_class(size_t bytes) {
-  int k = 0;
-  for (size_t b = bytes >> 25; b != 0 && k < SHM_WAY_CLASSES - 1; b >>= 1)
-    k++;
-  return k;
-}
-
-/* The median of a way's times (ns per MiB), 0 when there are none. */
-static double way_typical(const gang__shm_chan *c, int k, int way) {
-  int n = c->way_n[k][way];
-  float v[SHM_WAY_SAMPLES];
-  for (int i = 0; i < n; i++)
-    v[i] = c->way_ns_mib[k][way][i];
-  for (int i = 1; i < n; i++) /* insertion sort of at most 5 */
-    for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
-      float x = v[j];
-      v[j] = v[j - 1];
-      v[j - 1] = x;
-    }
-  return n == 0 ? 0 : v[n / 2];
-}
-
-/* This member's proposal for a call of `bytes`. Every member makes the
- * same calls, so c->way_calls is the same on all and they retry together. */
-static int way_proposal(const gang__shm_chan *c, size_t bytes) {
-  int k = way_class(bytes);
-  double staged = way_typical(c, k, WAY_STAGED),
-         single = way_typical(c, k, WAY_SINGLE_COPY);
-  if (staged == 0)
-    return WAY_STAGED;
-  if (single == 0)
-    return WAY_SINGLE_COPY;
-  int best = single < staged ? WAY_SINGLE_COPY : WAY_STAGED;
-  return c->way_calls % SHM_WAY_RETRY == SHM_WAY_RETRY - 1 ? 1 - best : best;
-}
-
-/* A call of `bytes` made `way` took c->way_wall. */
-static void way_learn(gang__shm_chan *c, int way, size_t bytes) {
-  c->way_calls++;
-  if (bytes == 0)
-    return;
-  int k = way_class(bytes);
-  uint8_t *n = &c->way_n[k][way];
-  float *v = c->way_ns_mib[k][way];
-  if (*n == SHM_WAY_SAMPLES) { /* drop the oldest */
-    memmove(v, v + 1, (SHM_WAY_SAMPLES - 1) * sizeof *v);
-    (*n)--;
-  }
-  v[(*n)++] = (float)((double)c->way_wall / ((double)bytes / 1048576.0));
-}
-
-/* One flagged step: the way every member takes. */
-static gang_status way_agree(gang__shm_chan *c, size_t bytes, int *way) {
-  unsigned char mine = (unsigned char)way_proposal(c, bytes), theirs;
-  uint64_t t;
-  GANG_CHECK(gang__shm_ll_step(c, &mine, 1, &t));
-  *way = WAY_STAGED;
-  for (int j = 0; j < c->size; j++) {
-    gang__shm_ll_gather(&theirs, c, j, t, 1);
-    if (theirs == WAY_SINGLE_COPY)
-      *way = WAY_SINGLE_COPY;
-  }
-  return GANG_OK;
-}
-
 /* Member j's block [off, off + len) of the chunk at `done`, as step t
  * offers it: from j's buffer when j went direct (shm.h, "Direct steps"),
  * else from its staging buffer. *token as gang__shm_peek_direct's. */
@@ -270,8 +170,6 @@ static gang_status rsag(gang__shm_chan *c, unsigned char *buf, size_t count,
     }
     gang__shm_publish(c, t);
     GANG_CHECK(gang__shm_wait_all(c, t));
-    if (done == 0)
-      way_arrived(c);
     gang__algo_block(n, p, me, &off, &len);
     gang_status st = GANG_OK;
     for (int j = 0; j < p; j++) {
@@ -317,7 +215,6 @@ static gang_status rsag(gang__shm_chan *c, unsigned char *buf, size_t count,
       gang__mem_peer_put(token);
     }
   }
-  way_end(c);
   if (!any_direct)
     return GANG_OK;
   uint64_t t = ++c->step; /* every read done: owners may go */
@@ -340,7 +237,6 @@ static gang_status single_copy(gang__shm_chan *c, unsigned char *buf,
   gang__shm_pub_in(c, buf);
   gang__shm_publish(c, t);
   GANG_CHECK(gang__shm_wait_all(c, t));
-  way_arrived(c);
   /* Reduce my block, a cache-sized piece at a time. Writing my block of
    * my own buffer is safe: the others read only their own blocks of it. */
   size_t off, len;
@@ -380,7 +276,6 @@ static gang_status single_copy(gang__shm_chan *c, unsigned char *buf,
   uint64_t t3 = ++c->step;
   gang__shm_publish(c, t3);
   GANG_CHECK(gang__shm_wait_all(c, t3));
-  way_end(c);
   return GANG_OK;
 }
 
@@ -422,10 +317,10 @@ gang_status gang__shm_allreduce_measured(gang__shm_chan *c,
     return GANG_OK;
   int way;
   size_t bytes = k->count * gang_dtype_size(k->dtype);
-  GANG_CHECK(way_agree(c, bytes, &way));
-  GANG_CHECK(way == WAY_SINGLE_COPY
+  GANG_CHECK(gang__shm_way_agree(c, GANG__SHM_WAY_ALL_REDUCE, bytes, &way));
+  GANG_CHECK(way == GANG__SHM_WAY_SINGLE_COPY
                  ? single_copy(c, k->out, k->count, k->dtype, k->op)
                  : rsag(c, k->out, k->count, k->dtype, k->op));
-  way_learn(c, way, bytes);
+  gang__shm_way_learn(c, GANG__SHM_WAY_ALL_REDUCE, way, bytes);
   return GANG_OK;
 }

@@ -46,6 +46,11 @@
 
 /* Most ranks of one world on one host that share an arena. */
 #define GANG_SHM_MAX_LOCAL 128
+/* Kinds of call that measure staged chunks against single copy
+ * (src/algo/shm_way.c), size classes of each and times kept per way. */
+#define GANG__SHM_WAY_KINDS 3
+#define GANG__SHM_WAY_CLASSES 8
+#define GANG__SHM_WAY_SAMPLES 5
 /* Step lines per member, a ring: step t uses line GANG_SHM_LINE(t). A
  * step that writes nothing but its line or its small slot of that step
  * (a barrier, a small broadcast or all_reduce) may run that many steps minus
@@ -145,19 +150,21 @@ typedef struct gang__shm_chan {
   int64_t deadline;     /* of the running collective */
   int64_t next_poke;    /* when a sleeping wait next pokes the fabric */
   int64_t next_move;    /* when a wait may next move off a shared CPU */
-  /* How large two-member all_reduces choose between staged chunks and
-   * single copy (src/algo/shm_allreduce.c): the clock when all arrived,
-   * the last call's time from then, and per size class (16, 32, ... 512
-   * MiB and up) and way the last few times, ns per MiB. */
-  int64_t way_wall0, way_wall;
-  float way_ns_mib[6][2][5];
-  uint8_t way_n[6][2]; /* times kept of each (up to 5) */
-  uint32_t way_calls;  /* calls that chose so far */
-  int64_t timeout_ms;  /* of the running collective; with deadline 0, the
-                          first wait that sleeps sets the deadline (the
-                          spin before it, under 1 ms, is not counted) */
-  const char *op;      /* name of the running collective, for errors */
-  uint64_t sig;        /* its signature (gang__shm_sig) */
+  /* How two members choose between staged chunks and single copy where
+   * they measure both (src/algo/shm_way.c): the clock when all arrived,
+   * and per kind of call, size class and way the last few times, ns per
+   * MiB. */
+  int64_t way_wall0;
+  float way_ns_mib[GANG__SHM_WAY_KINDS][GANG__SHM_WAY_CLASSES][2]
+                  [GANG__SHM_WAY_SAMPLES];
+  /* times kept of each */
+  uint8_t way_n[GANG__SHM_WAY_KINDS][GANG__SHM_WAY_CLASSES][2];
+  uint32_t way_calls[GANG__SHM_WAY_KINDS]; /* calls that chose so far */
+  int64_t timeout_ms; /* of the running collective; with deadline 0, the
+                         first wait that sleeps sets the deadline (the
+                         spin before it, under 1 ms, is not counted) */
+  const char *op;     /* name of the running collective, for errors */
+  uint64_t sig;       /* its signature (gang__shm_sig) */
   const char *(*kind_name)(int kind); /* names a signature's kind */
   uint64_t opseq;                     /* its sequence number in the gang */
   unsigned char *scratch; /* private, grown on demand, never shrunk */

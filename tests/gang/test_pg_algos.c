@@ -78,6 +78,11 @@ static const forced cases[] = {
      "single_copy",
      {1, 5000, 300001},
      0},
+    {"all_gather=staged_or_single_copy",
+     "all_gather",
+     "staged_or_single_copy",
+     {1, 5000, 300001},
+     0},
     {"all_gather=ring", "all_gather", "ring", {1, 5000, 70001}, 0},
     {"all_gather=bruck", "all_gather", "bruck", {1, 5000, 70001}, 0},
     {"reduce_scatter=staged", "reduce_scatter", "staged", {1, 5000, 300001}, 0},
@@ -307,7 +312,7 @@ static void test_table_and_handlers_agree(void **state) {
                  rule ? "in the table, no handler" : "a handler, no rule");
       pairs += rule;
     }
-  assert_int_equal(pairs, 32);
+  assert_int_equal(pairs, 33);
   algo_call k = {0};
   assert_int_equal(gang__algo_run_tcp(NULL, ALGO_BARRIER, ALGO_TCP_RING, &k),
                    GANG_INTERNAL);

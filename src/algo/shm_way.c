@@ -1,0 +1,99 @@
+/* Staged chunks or single copy, chosen by measuring both (shm_algo.h,
+ * "Measured ways").
+ *
+ * No rule held on the 2-core machine of the figures. all_reduce of 64 MiB,
+ * idle in its fast memory state: staged chunks 7-8 ms against 17-19 single
+ * copy; idle in its slow state 32 against 19; beside four shell loops of
+ * `sleep 0.001` staged 20-24 ms against 29-36 in the fast state and 77-87
+ * against 27-28 in the slow one (each staged chunk is two steps at which
+ * both members must run; single copy has three in all, and copies the
+ * bytes once fewer). all_gather of 2 MiB blocks in place: staged 1.1-1.6x
+ * faster in one state, 4-5x slower (420-490 us against 85-88) in another.
+ *
+ * Each member times its calls from the end of the step that agrees on the
+ * way (everyone has arrived then; late arrivals are the application's) to
+ * their end, keeps the last five per kind of call, size class and way, and
+ * proposes the way whose times have the lower median (one slow call must
+ * not decide): staged first, single copy next, then the faster, and the
+ * other again in one call in SHM_WAY_RETRY, as the machine's state
+ * changes. The members agree in one flagged step before the call: any
+ * single copy takes single copy on every member. */
+#include "core/clock.h"
+#include "shm_algo.h"
+
+#define SHM_WAY_RETRY 64
+
+/* The size class of a call: the kind's first class, then each doubling,
+ * the last holding everything above. */
+static int way_class(gang__shm_way_kind kind, size_t bytes) {
+  size_t first =
+      kind == GANG__SHM_WAY_ALL_REDUCE ? (size_t)16 << 20 : (size_t)128 << 10;
+  int k = 0;
+  for (size_t b = bytes / first / 2; b != 0 && k < GANG__SHM_WAY_CLASSES - 1;
+       b >>= 1)
+    k++;
+  return k;
+}
+
+/* The median of a way's times (ns per MiB), 0 when there are none. */
+static double way_typical(const gang__shm_chan *c, gang__shm_way_kind kind,
+                          int k, int way) {
+  int n = c->way_n[kind][k][way];
+  float v[GANG__SHM_WAY_SAMPLES];
+  for (int i = 0; i < n; i++)
+    v[i] = c->way_ns_mib[kind][k][way][i];
+  for (int i = 1; i < n; i++) /* insertion sort of at most 5 */
+    for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
+      float x = v[j];
+      v[j] = v[j - 1];
+      v[j - 1] = x;
+    }
+  return n == 0 ? 0 : v[n / 2];
+}
+
+/* This member's proposal. Every member makes the same calls, so
+ * c->way_calls[kind] is the same on all and they retry together. */
+static int way_proposal(const gang__shm_chan *c, gang__shm_way_kind kind,
+                        size_t bytes) {
+  int k = way_class(kind, bytes);
+  double staged = way_typical(c, kind, k, GANG__SHM_WAY_STAGED),
+         single = way_typical(c, kind, k, GANG__SHM_WAY_SINGLE_COPY);
+  if (staged == 0)
+    return GANG__SHM_WAY_STAGED;
+  if (single == 0)
+    return GANG__SHM_WAY_SINGLE_COPY;
+  int best = single < staged ? GANG__SHM_WAY_SINGLE_COPY : GANG__SHM_WAY_STAGED;
+  return c->way_calls[kind] % SHM_WAY_RETRY == SHM_WAY_RETRY - 1 ? 1 - best
+                                                                 : best;
+}
+
+gang_status gang__shm_way_agree(gang__shm_chan *c, gang__shm_way_kind kind,
+                                size_t bytes, int *way) {
+  unsigned char mine = (unsigned char)way_proposal(c, kind, bytes), theirs;
+  uint64_t t;
+  GANG_CHECK(gang__shm_ll_step(c, &mine, 1, &t));
+  *way = GANG__SHM_WAY_STAGED;
+  for (int j = 0; j < c->size; j++) {
+    gang__shm_ll_gather(&theirs, c, j, t, 1);
+    if (theirs == GANG__SHM_WAY_SINGLE_COPY)
+      *way = GANG__SHM_WAY_SINGLE_COPY;
+  }
+  c->way_wall0 = gang__now_ns();
+  return GANG_OK;
+}
+
+void gang__shm_way_learn(gang__shm_chan *c, gang__shm_way_kind kind, int way,
+                         size_t bytes) {
+  int64_t wall = gang__now_ns() - c->way_wall0;
+  c->way_calls[kind]++;
+  if (bytes == 0)
+    return;
+  int k = way_class(kind, bytes);
+  uint8_t *n = &c->way_n[kind][k][way];
+  float *v = c->way_ns_mib[kind][k][way];
+  if (*n == GANG__SHM_WAY_SAMPLES) { /* drop the oldest */
+    memmove(v, v + 1, (GANG__SHM_WAY_SAMPLES - 1) * sizeof *v);
+    (*n)--;
+  }
+  v[(*n)++] = (float)((double)wall / ((double)bytes / 1048576.0));
+}
