@@ -62,10 +62,28 @@ def have(thing):
         shutil.which(thing) is not None
 
 
+def installed(pkg):
+    """Whether dpkg has the Debian package installed (True where there is
+    no dpkg: the files decide there)."""
+    if not shutil.which("dpkg-query"):
+        return True
+    r = subprocess.run(["dpkg-query", "-W", "-f=${Status}", pkg],
+                       capture_output=True, text=True)
+    return r.returncode == 0 and "install ok installed" in r.stdout
+
+
+def ready(group):
+    """A group is there when its files are and so are its packages: the
+    commands alone do not show a -dev package (openmpi-bin, which the
+    tests need, brings mpicc.openmpi without mpi.h)."""
+    pkgs, things = PACKAGES[group]
+    return all(have(t) for t in things) and all(installed(p) for p in pkgs)
+
+
 def ensure_packages(wanted, install):
     """Installs the Debian packages of `wanted` groups that are missing;
     returns the set of groups available afterwards."""
-    missing = [g for g in wanted if not all(have(t) for t in PACKAGES[g][1])]
+    missing = [g for g in wanted if not ready(g)]
     if missing and install:
         pkgs = sorted({p for g in missing for p in PACKAGES[g][0]})
         log(f"installing with apt: {' '.join(pkgs)}")
@@ -80,7 +98,7 @@ def ensure_packages(wanted, install):
                            timeout=1200)
         except (subprocess.SubprocessError, OSError) as e:
             log(f"apt-get failed ({e}); going on with what is installed")
-    return {g for g in wanted if all(have(t) for t in PACKAGES[g][1])}
+    return {g for g in wanted if ready(g)}
 
 
 def newer(target, sources):
