@@ -12,16 +12,21 @@
  *
  * Each member times its calls from the end of the step that agrees on the
  * way (everyone has arrived then; late arrivals are the application's) to
- * their end, keeps the last five per kind of call, size class and way, and
- * proposes the way whose times have the lower median (one slow call must
- * not decide): staged first, single copy next, then the faster, and the
- * other again in one call in SHM_WAY_RETRY, as the machine's state
- * changes. The members agree in one flagged step before the call: any
- * single copy takes single copy on every member. */
+ * their end, and keeps the last five per kind of call, size class and way
+ * (not a way's first, which is cold). It tries each way until it has
+ * SHM_WAY_TRIALS times of each (staged, then the way with fewer: a way can
+ * take more than one call to warm, 4.1 ms, then 531 us, then about 150
+ * for 2 MiB blocks by single copy), then proposes the way whose times have
+ * the lower median (one slow call must not decide), and the other again in
+ * one call in SHM_WAY_RETRY, as the machine's state changes. The members agree
+ * in one flagged step before the call: any single copy takes single copy on
+ * every member. */
 #include "core/clock.h"
 #include "shm_algo.h"
 
 #define SHM_WAY_RETRY 64
+/* Times of each way before the first choice. */
+#define SHM_WAY_TRIALS 3
 
 /* The size class of a call: the kind's first class, then each doubling,
  * the last holding everything above. */
@@ -56,12 +61,12 @@ static double way_typical(const gang__shm_chan *c, gang__shm_way_kind kind,
 static int way_proposal(const gang__shm_chan *c, gang__shm_way_kind kind,
                         size_t bytes) {
   int k = way_class(kind, bytes);
+  int ns = c->way_n[kind][k][GANG__SHM_WAY_STAGED],
+      nc = c->way_n[kind][k][GANG__SHM_WAY_SINGLE_COPY];
+  if (ns < SHM_WAY_TRIALS || nc < SHM_WAY_TRIALS) /* alternated */
+    return nc < ns ? GANG__SHM_WAY_SINGLE_COPY : GANG__SHM_WAY_STAGED;
   double staged = way_typical(c, kind, k, GANG__SHM_WAY_STAGED),
          single = way_typical(c, kind, k, GANG__SHM_WAY_SINGLE_COPY);
-  if (staged == 0)
-    return GANG__SHM_WAY_STAGED;
-  if (single == 0)
-    return GANG__SHM_WAY_SINGLE_COPY;
   int best = single < staged ? GANG__SHM_WAY_SINGLE_COPY : GANG__SHM_WAY_STAGED;
   return c->way_calls[kind] % SHM_WAY_RETRY == SHM_WAY_RETRY - 1 ? 1 - best
                                                                  : best;
@@ -89,6 +94,13 @@ void gang__shm_way_learn(gang__shm_chan *c, gang__shm_way_kind kind, int way,
   if (bytes == 0)
     return;
   int k = way_class(kind, bytes);
+  /* A way's first call at a size pays for what is cold (pages the kernel
+   * pins for the first time, lines no cache holds): 11-13 ms against
+   * 0.5-1.3 for 8 MiB blocks. Kept, it would decide. */
+  if (!c->way_warm[kind][k][way]) {
+    c->way_warm[kind][k][way] = 1;
+    return;
+  }
   uint8_t *n = &c->way_n[kind][k][way];
   float *v = c->way_ns_mib[kind][k][way];
   if (*n == GANG__SHM_WAY_SAMPLES) { /* drop the oldest */
