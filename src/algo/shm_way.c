@@ -12,15 +12,18 @@
  *
  * Each member times its calls from the end of the step that agrees on the
  * way (everyone has arrived then; late arrivals are the application's) to
- * their end, and keeps the last five per kind of call, size class and way
- * (not a way's first, which is cold). It tries each way until it has
- * SHM_WAY_TRIALS times of each (staged, then the way with fewer: a way can
- * take more than one call to warm, 4.1 ms, then 531 us, then about 150
- * for 2 MiB blocks by single copy), then proposes the way whose times have
- * the lower median (one slow call must not decide), and the other again in
- * one call in SHM_WAY_RETRY, as the machine's state changes. The members agree
- * in one flagged step before the call: any single copy takes single copy on
- * every member. */
+ * their end, and keeps the last five per kind of call, size class and way.
+ * It keeps a time only when the call before it of that kind and class took
+ * the same way: a way's first call pays for what is cold or what the
+ * other way left in the caches (single copy of 2 MiB blocks right after
+ * staging: 4.1 ms, then 531 us, then about 150; of 512 KiB blocks, run in
+ * turn with staging, slower than staging, run alone 1.3x faster). So it
+ * runs SHM_WAY_TRIALS + 1 calls staged, then as many by single copy, then
+ * proposes the way whose times have the lower median (one slow call must
+ * not decide), and the other again in two calls in SHM_WAY_RETRY, as the
+ * machine's state changes. The members agree in one flagged step before
+ * the call: any single copy takes single copy on every member. All make
+ * the same calls and keep the same times' count, so they try together. */
 #include "core/clock.h"
 #include "shm_algo.h"
 
@@ -56,19 +59,20 @@ static double way_typical(const gang__shm_chan *c, gang__shm_way_kind kind,
   return n == 0 ? 0 : v[n / 2];
 }
 
-/* This member's proposal. Every member makes the same calls, so
- * c->way_calls[kind] is the same on all and they retry together. */
+/* This member's proposal. */
 static int way_proposal(const gang__shm_chan *c, gang__shm_way_kind kind,
                         size_t bytes) {
   int k = way_class(kind, bytes);
   int ns = c->way_n[kind][k][GANG__SHM_WAY_STAGED],
       nc = c->way_n[kind][k][GANG__SHM_WAY_SINGLE_COPY];
-  if (ns < SHM_WAY_TRIALS || nc < SHM_WAY_TRIALS) /* alternated */
-    return nc < ns ? GANG__SHM_WAY_SINGLE_COPY : GANG__SHM_WAY_STAGED;
+  if (ns < SHM_WAY_TRIALS)
+    return GANG__SHM_WAY_STAGED;
+  if (nc < SHM_WAY_TRIALS)
+    return GANG__SHM_WAY_SINGLE_COPY;
   double staged = way_typical(c, kind, k, GANG__SHM_WAY_STAGED),
          single = way_typical(c, kind, k, GANG__SHM_WAY_SINGLE_COPY);
   int best = single < staged ? GANG__SHM_WAY_SINGLE_COPY : GANG__SHM_WAY_STAGED;
-  return c->way_calls[kind] % SHM_WAY_RETRY == SHM_WAY_RETRY - 1 ? 1 - best
+  return c->way_calls[kind] % SHM_WAY_RETRY >= SHM_WAY_RETRY - 2 ? 1 - best
                                                                  : best;
 }
 
@@ -94,13 +98,12 @@ void gang__shm_way_learn(gang__shm_chan *c, gang__shm_way_kind kind, int way,
   if (bytes == 0)
     return;
   int k = way_class(kind, bytes);
-  /* A way's first call at a size pays for what is cold (pages the kernel
-   * pins for the first time, lines no cache holds): 11-13 ms against
-   * 0.5-1.3 for 8 MiB blocks. Kept, it would decide. */
-  if (!c->way_warm[kind][k][way]) {
-    c->way_warm[kind][k][way] = 1;
+  /* The first call after the other way (or the first at this size:
+   * 11-13 ms against 0.5-1.3 for 8 MiB blocks) is not kept. */
+  bool after_same = c->way_prev[kind][k] == way + 1;
+  c->way_prev[kind][k] = (uint8_t)(way + 1);
+  if (!after_same)
     return;
-  }
   uint8_t *n = &c->way_n[kind][k][way];
   float *v = c->way_ns_mib[kind][k][way];
   if (*n == GANG__SHM_WAY_SAMPLES) { /* drop the oldest */

@@ -157,9 +157,9 @@ typedef struct gang__shm_chan {
   int64_t way_wall0;
   float way_ns_mib[GANG__SHM_WAY_KINDS][GANG__SHM_WAY_CLASSES][2]
                   [GANG__SHM_WAY_SAMPLES];
-  /* times kept of each, and whether its first (cold) call is done */
+  /* times kept of each; the way of the last call (1 + way, 0: none) */
   uint8_t way_n[GANG__SHM_WAY_KINDS][GANG__SHM_WAY_CLASSES][2];
-  uint8_t way_warm[GANG__SHM_WAY_KINDS][GANG__SHM_WAY_CLASSES][2];
+  uint8_t way_prev[GANG__SHM_WAY_KINDS][GANG__SHM_WAY_CLASSES];
   uint32_t way_calls[GANG__SHM_WAY_KINDS]; /* calls that chose so far */
   int64_t timeout_ms; /* of the running collective; with deadline 0, the
                          first wait that sleeps sets the deadline (the
