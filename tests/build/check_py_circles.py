@@ -117,4 +117,5 @@ def main():
     print(f"{package}: {len(modules)} modules, {edges} imports between them, no circle")
 
 
-main()
+if __name__ == "__main__":
+    main()
