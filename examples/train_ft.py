@@ -551,7 +551,7 @@ def run(args, groups, steps, faulty, dump, rng, env, lh, job_class=None,
                     len(chaos.faults) >= args.count or chaos.busy():
                 continue
             step = job.max_step()
-            if step < next_fault or step > steps - 40:
+            if step < next_fault or step > steps - getattr(args, "tail", 40):
                 continue
             # The next fault once every group is in and has committed, since
             # the last one ended (a stopped group's SIGCONT), a step at

@@ -266,6 +266,14 @@ def main():
                     "the heartbeat timeout + 1 s)")
     ap.set_defaults(faults="host-kill,unplug,unplug-lh", groups=4)
     args = T.parse(ap, T.FAULTS + FAULTS)
+    # No fault starts in the job's last 40 steps, nor here in the steps of
+    # 7 s more: an unplugged group is away for up to 5 s and must find the
+    # others still training when it is back (else it trains alone, with no
+    # one to heal from, and the groups' parameters end apart).
+    quiet = int(7000 / max(args.step_ms, 5))
+    args.tail = 40 + quiet
+    if "--steps" not in sys.argv:
+        args.steps += quiet
     if os.geteuid() != 0:
         print("train_ft_hosts.py: needs root (network namespaces)")
         return 77
