@@ -617,6 +617,7 @@ gang__kv_result gang__kv_exec(gang__kv *kv, const gang__store_req *r,
   case GANG_STORE_OP_APPEND:
     return do_append(kv, r, out);
   case GANG_STORE_OP_ADD:
+  case GANG_STORE_OP_ADD_QUIET: /* the server drops the reply */
     return do_add(kv, r, out);
   case GANG_STORE_OP_COMPARE_SET:
     return do_compare_set(kv, r, out);

@@ -19,9 +19,9 @@ uint32_t gang__store_frame_cap(uint32_t max_key, uint32_t max_value) {
 
 const char *gang__store_op_name(uint8_t op) {
   static const char *const names[] = {
-      "unknown", "ping",      "set",         "get",    "check",
-      "wait",    "add",       "compare_set", "delete", "num_keys",
-      "append",  "multi_get", "multi_set"};
+      "unknown", "ping",      "set",         "get",      "check",
+      "wait",    "add",       "compare_set", "delete",   "num_keys",
+      "append",  "multi_get", "multi_set",   "add_quiet"};
   return op <= GANG_STORE_OP_MAX_ ? names[op] : "unknown";
 }
 
@@ -153,7 +153,8 @@ size_t gang__store_req_size(const gang__store_req *r) {
   uint64_t n = GANG_STORE_FRAME_HDR;
   if (op_has_timeout(r->op))
     n += 8;
-  if (r->op == GANG_STORE_OP_PING || r->op == GANG_STORE_OP_ADD)
+  if (r->op == GANG_STORE_OP_PING || r->op == GANG_STORE_OP_ADD ||
+      r->op == GANG_STORE_OP_ADD_QUIET)
     n += 8;
   uint32_t nkeys = op_is_multi(r->op) ? r->nkeys : op_nkeys_fixed(r->op);
   if (op_is_multi(r->op))
@@ -223,7 +224,7 @@ gang_status gang__store_req_encode(const gang__store_req *r,
   if (r->op != GANG_STORE_OP_MULTI_SET)
     for (uint32_t i = 0; i < nv; i++)
       put_bytes(b, &r->vals[i]);
-  if (r->op == GANG_STORE_OP_ADD)
+  if (r->op == GANG_STORE_OP_ADD || r->op == GANG_STORE_OP_ADD_QUIET)
     put64(b, r->num);
   return GANG_OK;
 }
@@ -351,7 +352,9 @@ gang_status gang__store_req_decode(uint8_t op, const uint8_t *body, size_t n,
     uint32_t nv = op_nvals(op, 1);
     for (uint32_t i = 0; i < nv && st == GANG_OK; i++)
       st = rd_bytes(&rr, caps->max_value, false, name, "value", i, &r->vals[i]);
-    if (st == GANG_OK && op == GANG_STORE_OP_ADD && !rd_i64(&rr, &r->num))
+    if (st == GANG_OK &&
+        (op == GANG_STORE_OP_ADD || op == GANG_STORE_OP_ADD_QUIET) &&
+        !rd_i64(&rr, &r->num))
       st = gang__error(GANG_PROTOCOL, "store add: truncated delta");
   }
   if (st == GANG_OK && rr.left != 0)

@@ -7,7 +7,7 @@
  *   [u32 len][u8 code][len-1 bytes of body]       (little-endian)
  * where `code` is the opcode in a request and the status in a reply, and
  * 1 <= len <= max_frame. Requests and replies alternate strictly: one reply
- * per request, in order.
+ * per request, in order, but for ADD_QUIET, which has none.
  *
  * Decoded requests and replies point INTO the frame body (no copies); the
  * pointer arrays they use are malloc'd by the decoder and released with
@@ -30,7 +30,8 @@
 #define GANG_STORE_MAC_BYTES 32
 
 /* Hello flags. */
-#define GANG_STORE_HELLO_AUTH 0x1u /* sender has a secret */
+#define GANG_STORE_HELLO_AUTH 0x1u  /* sender has a secret */
+#define GANG_STORE_HELLO_QUIET 0x2u /* server: it takes ADD_QUIET */
 
 /* Sizes of the fixed handshake messages. */
 #define GANG_STORE_CLIENT_HELLO_BYTES 48
@@ -61,7 +62,10 @@ typedef enum gang__store_op {
   GANG_STORE_OP_APPEND = 10,
   GANG_STORE_OP_MULTI_GET = 11,
   GANG_STORE_OP_MULTI_SET = 12,
-  GANG_STORE_OP_MAX_ = 12
+  /* ADD without a reply: the one request that has none (a heartbeat that
+   * needs no answer). Only to servers whose hello has HELLO_QUIET. */
+  GANG_STORE_OP_ADD_QUIET = 13,
+  GANG_STORE_OP_MAX_ = 13
 } gang__store_op;
 
 /* Reply status codes. Every non-OK reply except TIMEOUT carries a message;
@@ -136,7 +140,7 @@ typedef struct gang__store_bytes {
  *   GET         timeout_ms, keys[0]
  *   CHECK       keys[0..nkeys)
  *   WAIT MULTI_GET  timeout_ms, keys[0..nkeys)
- *   ADD         keys[0], num (delta)
+ *   ADD ADD_QUIET  keys[0], num (delta)
  *   COMPARE_SET keys[0], vals[0] (expected), vals[1] (desired)
  *   DELETE      keys[0]
  *   NUM_KEYS    -

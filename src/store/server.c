@@ -8,7 +8,8 @@
  * means running it (it reads until EAGAIN). Closed connections are freed at
  * the end of the loop iteration, after every event that may name them.
  * Handshake deadlines and parked requests' deadlines are checked after
- * every epoll_wait, which sleeps no longer than the nearest of them. */
+ * every epoll_wait, which sleeps no longer than the nearest of them (the
+ * handshakes are in deadline order, the parked requests in a heap). */
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -82,9 +83,8 @@ static int next_timeout_ms(gang_store_server *s, int64_t now) {
   gang__store_conn *first = TAILQ_FIRST(&s->hs);
   if (first != NULL && first->hs_deadline < next)
     next = first->hs_deadline;
-  gang__store_conn *c;
-  LIST_FOREACH(c, &s->parked, pk_link)
-  if (c->deadline < next)
+  gang__store_conn *c = gang__store_park_first(s);
+  if (c != NULL && c->deadline < next)
     next = c->deadline;
   if (s->accept_paused && s->accept_resume < next)
     next = s->accept_resume;
@@ -103,12 +103,9 @@ static void expire(gang_store_server *s, int64_t now) {
               c->peer, s->hs_timeout_ms);
     gang__store_conn_close(s, c);
   }
-  for (gang__store_conn *c = LIST_FIRST(&s->parked), *next; c; c = next) {
-    next = LIST_NEXT(c, pk_link);
-    if (c->deadline <= now) {
-      gang__store_conn_expire(s, c);
-    }
-  }
+  for (gang__store_conn *c;
+       (c = gang__store_park_first(s)) != NULL && c->deadline <= now;)
+    gang__store_conn_expire(s, c);
   if (s->accept_paused && s->accept_resume <= now) {
     struct epoll_event ev = {.events = EPOLLIN};
     ev.data.ptr = &tag_listener;
@@ -179,8 +176,36 @@ static void take_up_retire(gang_store_server *s) {
             s->port, s->nconns);
 }
 
+/* gang__store_server_coalesce: counts events in 100 ms windows, and
+ * while the last one was busy, naps after a pass that found few events
+ * and answered nothing: nobody waits on such a pass (the lighthouse's
+ * own tick, which asks its store a thousand things in a row after each
+ * quorum, never sleeps behind it). */
+static void coalesce(gang_store_server *s, int n, int64_t now, bool stop) {
+  int us = atomic_load_explicit(&s->coalesce_us, memory_order_relaxed);
+  bool replied = s->replied > 0;
+  s->replied = 0;
+  if (us <= 0 || n <= 0)
+    return;
+  s->rate_events += n;
+  if (now - s->rate_from >= 100 * 1000000LL) {
+    s->busy = s->rate_events >= GANG__STORE_BUSY_RATE / 10;
+    s->rate_events = 0;
+    s->rate_from = now;
+  }
+  if (s->busy && n < 16 && !replied && !stop && TAILQ_EMPTY(&s->run))
+    usleep((useconds_t)us);
+}
+
+void gang__store_server_coalesce(gang_store_server *srv, int us) {
+  if (srv != NULL)
+    atomic_store_explicit(&srv->coalesce_us, us < 0 ? 0 : us,
+                          memory_order_relaxed);
+}
+
 static void *server_main(void *arg) {
   gang_store_server *s = arg;
+  pthread_setname_np(pthread_self(), "gang-store"); /* for top -H, perf */
   struct epoll_event evs[256];
   bool stop = false;
   while (!stop) {
@@ -212,6 +237,8 @@ static void *server_main(void *arg) {
           gang__store_conn_close(s, c);
           continue;
         }
+        if (evs[i].events & EPOLLIN)
+          c->drained = false;
         gang__store_conn_run(s, c);
       }
     }
@@ -239,6 +266,7 @@ static void *server_main(void *arg) {
       SLIST_REMOVE_HEAD(&keep, dead_link);
       SLIST_INSERT_HEAD(&s->dead, c, dead_link);
     }
+    coalesce(s, n, now, stop);
     if (s->retired && (s->nconns == 0 || (s->retire_by != GANG_DEADLINE_NONE &&
                                           gang__now_ns() >= s->retire_by)))
       stop = true;
@@ -329,6 +357,7 @@ static void server_free(gang_store_server *s) {
     free(s->secret);
   }
   free(atomic_load_explicit(&s->watch, memory_order_relaxed));
+  free(s->parked);
   free(s);
 }
 
@@ -356,13 +385,13 @@ gang_status gang_store_server_start(const gang_store_server_options *opts,
     return gang__error(GANG_NO_MEMORY, "gang_store_server_start: no memory");
   LIST_INIT(&s->all);
   TAILQ_INIT(&s->hs);
-  LIST_INIT(&s->parked);
   TAILQ_INIT(&s->run);
   SLIST_INIT(&s->dead);
   s->lfd = s->epfd = s->evfd = -1;
   atomic_init(&s->nparked, 0);
   atomic_init(&s->last_request, gang__now_ns());
   atomic_init(&s->nclients, 0);
+  atomic_init(&s->coalesce_us, 0);
   atomic_init(&s->retire, false);
   snprintf(s->host, sizeof s->host, "%s", host);
   gang_status st;

@@ -24,6 +24,18 @@ void gang__store_server_wait_idle(gang_store_server *srv, int64_t quiet_ms,
  * waits on it. The lighthouse watches its heartbeat counters so: a replica
  * killed in any phase is suspected the moment its connections drop. Set
  * once, before clients come; strings copied. Any thread. */
+/* Coalescing: while the server takes more than GANG__STORE_BUSY_RATE
+ * events a second and a pass of its loop finds fewer than 16, none of
+ * them a request that is answered (ADD_QUIET only), it sleeps `us`
+ * microseconds after the pass, so that the next one takes many requests
+ * at one wakeup (a thread woken per request costs this kind of machine as
+ * much again as the request). A request then waits up to `us` longer;
+ * below the rate nothing changes. For a server of many clients
+ * that send often and wait little (the lighthouse's heartbeats); 0 turns
+ * it off (the default). Any thread. */
+#define GANG__STORE_BUSY_RATE 5000
+void gang__store_server_coalesce(gang_store_server *srv, int us);
+
 gang_status gang__store_server_watch(gang_store_server *srv, const char *prefix,
                                      const char *log_key);
 
@@ -59,5 +71,21 @@ void gang__store_interrupt(gang_store *st, const char *why);
  * so its owner must open a new handle. A timeout that the server answered
  * leaves it usable. False for a store without a connection. */
 bool gang__store_broken(gang_store *st);
+
+/* Adds delta to key's counter without waiting for the server's answer
+ * (one write; an error of the server's is only in its log). Over a
+ * connection to a server that has no such request, and on other stores,
+ * a gang_store_add. For what is sent often and needs no answer: the
+ * lighthouse's heartbeats. */
+gang_status gang__store_add_quiet(gang_store *st, const char *key,
+                                  int64_t delta);
+
+/* Gets the n keys that exist now, without waiting for the others: on
+ * success values[i] is a malloc'd copy (gang_store_free) and lens[i] its
+ * length, or NULL and 0 for a key that is missing. One request for them
+ * all over a connection (two when some are missing); a get per key
+ * elsewhere. The lighthouse reads every replica's counter and join so. */
+gang_status gang__store_peek(gang_store *st, const char *const *keys, size_t n,
+                             void **values, size_t *lens);
 
 #endif

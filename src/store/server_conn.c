@@ -49,12 +49,62 @@ static void hs_remove(gang_store_server *s, gang__store_conn *c) {
   c->in_hs = false;
 }
 
+/* ---- The parked heap (min-heap by deadline) ----------------------------- */
+
+static void heap_put(gang_store_server *s, int i, gang__store_conn *c) {
+  s->parked[i] = c;
+  c->pk_pos = i;
+}
+
+static void heap_up(gang_store_server *s, int i) {
+  gang__store_conn *c = s->parked[i];
+  while (i > 0 && s->parked[(i - 1) / 2]->deadline > c->deadline) {
+    heap_put(s, i, s->parked[(i - 1) / 2]);
+    i = (i - 1) / 2;
+  }
+  heap_put(s, i, c);
+}
+
+static void heap_down(gang_store_server *s, int i) {
+  gang__store_conn *c = s->parked[i];
+  for (;;) {
+    int k = 2 * i + 1;
+    if (k >= s->nparked_heap)
+      break;
+    if (k + 1 < s->nparked_heap &&
+        s->parked[k + 1]->deadline < s->parked[k]->deadline)
+      k++;
+    if (s->parked[k]->deadline >= c->deadline)
+      break;
+    heap_put(s, i, s->parked[k]);
+    i = k;
+  }
+  heap_put(s, i, c);
+}
+
+static void park_add(gang_store_server *s, gang__store_conn *c) {
+  atomic_fetch_add_explicit(&s->nparked, 1, memory_order_relaxed);
+  c->parked = true;
+  heap_put(s, s->nparked_heap++, c); /* room made at open */
+  heap_up(s, c->pk_pos);
+}
+
 static void park_remove(gang_store_server *s, gang__store_conn *c) {
   if (!c->parked)
     return;
   atomic_fetch_sub_explicit(&s->nparked, 1, memory_order_relaxed);
-  LIST_REMOVE(c, pk_link);
+  int i = c->pk_pos;
+  gang__store_conn *last = s->parked[--s->nparked_heap];
+  if (last != c) {
+    heap_put(s, i, last);
+    heap_up(s, i);
+    heap_down(s, last->pk_pos);
+  }
   c->parked = false;
+}
+
+gang__store_conn *gang__store_park_first(const gang_store_server *s) {
+  return s->nparked_heap > 0 ? s->parked[0] : NULL;
 }
 
 static void make_runnable(gang_store_server *s, gang__store_conn *c) {
@@ -79,6 +129,19 @@ void gang__store_conn_open(gang_store_server *s, int fd, int64_t now) {
   gang__store_conn *c = calloc(1, sizeof *c);
   struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET};
   ev.data.ptr = c;
+  if (c != NULL && s->nconns + 1 > s->parked_cap) {
+    /* Room in the parked heap for every connection. */
+    int cap = s->parked_cap ? 2 * s->parked_cap : 64;
+    gang__store_conn **p = realloc(s->parked, (size_t)cap * sizeof *p);
+    if (p == NULL) {
+      free(c);
+      c = NULL;
+      errno = ENOMEM;
+    } else {
+      s->parked = p;
+      s->parked_cap = cap;
+    }
+  }
   if (c == NULL || epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
     GANG_WARN(STORE, "store server: cannot register a connection: %s",
               strerror(errno));
@@ -202,7 +265,7 @@ static void send_server_hello(gang_store_server *s, gang__store_conn *c,
   h.magic = GANG_STORE_MAGIC;
   h.version = GANG_STORE_VERSION;
   h.kind = GANG_STORE_KIND_SERVER;
-  h.flags = s->secret ? GANG_STORE_HELLO_AUTH : 0;
+  h.flags = (s->secret ? GANG_STORE_HELLO_AUTH : 0) | GANG_STORE_HELLO_QUIET;
   h.status = status;
   h.caps = s->caps;
   memcpy(h.nonce, c->nonce_s, sizeof h.nonce);
@@ -363,7 +426,9 @@ static int run_request(gang_store_server *s, gang__store_conn *c) {
                                      : gang__deadline_in_ms(req.timeout_ms);
   }
   store_watch *wt = atomic_load_explicit(&s->watch, memory_order_acquire);
-  if (wt != NULL && op == GANG_STORE_OP_ADD && req.num > 0 && req.nkeys == 1) {
+  bool quiet = op == GANG_STORE_OP_ADD_QUIET;
+  if (wt != NULL && (op == GANG_STORE_OP_ADD || quiet) && req.num > 0 &&
+      req.nkeys == 1) {
     size_t pl = strlen(wt->prefix);
     const gang__store_bytes *k = &req.keys[0];
     if (k->len > pl && k->len - pl < sizeof c->watched &&
@@ -377,6 +442,7 @@ static int run_request(gang_store_server *s, gang__store_conn *c) {
   gang__kv_result r = gang__kv_exec(s->kv, &req, c->expired, &c->park, &c->out);
   gang__store_req_fini(&req);
   recharge(s, c);
+  s->replied += !quiet;
   if (r == GANG_KV_FAILED) {
     GANG_WARN(STORE, "store server: out of memory replying to %s: closed",
               c->peer);
@@ -384,10 +450,16 @@ static int run_request(gang_store_server *s, gang__store_conn *c) {
     return -1;
   }
   if (r == GANG_KV_PARKED) {
-    atomic_fetch_add_explicit(&s->nparked, 1, memory_order_relaxed);
-    c->parked = true;
-    LIST_INSERT_HEAD(&s->parked, c, pk_link);
+    park_add(s, c);
     return 1;
+  }
+  if (quiet && c->out.len > before) {
+    /* No reply to send: a failure is only logged. */
+    if (c->out.p[before + 4] != GANG_STORE_RC_OK)
+      GANG_INFO(STORE, "store server: %s: add_quiet failed: %.*s", c->peer,
+                (int)(c->out.len - before - GANG_STORE_FRAME_HDR),
+                (const char *)c->out.p + before + GANG_STORE_FRAME_HDR);
+    c->out.len = before;
   }
   if (gang__log_on(GANG_LOG_TRACE, GANG_SUB_STORE) && c->out.len > before)
     GANG_TRACE(STORE, "store server: %s %s -> status %u", c->peer,
@@ -443,7 +515,10 @@ static int request_read(gang_store_server *s, gang__store_conn *c) {
     c->charged += cap - c->in.cap;
     c->in.cap = cap;
   }
-  ssize_t r = recv(c->fd, c->in.p + c->in.len, c->in.cap - c->in.len, 0);
+  size_t room = c->in.cap - c->in.len;
+  ssize_t r = recv(c->fd, c->in.p + c->in.len, room, 0);
+  if (r > 0 && (size_t)r < room)
+    c->drained = true;
   if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
     if (c->in.len == 0) { /* nothing buffered: give the memory back */
       gang__store_buf_free(&c->in);
@@ -549,6 +624,8 @@ void gang__store_conn_run(gang_store_server *s, gang__store_conn *c) {
       }
       continue;
     }
+    if (c->drained) /* the last read emptied the socket: wait for more */
+      return;
     if (request_read(s, c) <= 0)
       return;
   }

@@ -23,12 +23,16 @@ typedef struct gang__store_conn gang__store_conn;
 struct gang__store_conn {
   LIST_ENTRY(gang__store_conn) all_link;   /* every connection */
   TAILQ_ENTRY(gang__store_conn) hs_link;   /* handshake list (deadline order) */
-  LIST_ENTRY(gang__store_conn) pk_link;    /* parked list */
   TAILQ_ENTRY(gang__store_conn) run_link;  /* runnable list */
   SLIST_ENTRY(gang__store_conn) dead_link; /* to free after the iteration */
   int fd;
   conn_state state;
   bool in_hs, parked, runnable, dead;
+  int pk_pos; /* its place in s->parked while parked */
+  /* A read got less than it asked for, so the socket was empty then (a
+   * stream socket under edge-triggered epoll, epoll(7)): no read until
+   * its next input event, which saves the read that would fail. */
+  bool drained;
   bool started; /* the head request has begun (deadline fixed) */
   bool expired; /* ... and its deadline passed */
   int64_t hs_deadline, deadline;
@@ -66,7 +70,12 @@ struct gang_store_server {
   LIST_HEAD(, gang__store_conn) all;
   int nconns;
   TAILQ_HEAD(, gang__store_conn) hs; /* in accept order: deadline order */
-  LIST_HEAD(, gang__store_conn) parked;
+  /* Parked connections, a binary min-heap by deadline, so that the
+   * nearest deadline is found at once however many requests wait (a
+   * lighthouse has one per replica's failure-notice watch). Room for
+   * every connection is made when it opens, so parking cannot fail. */
+  gang__store_conn **parked;
+  int nparked_heap, parked_cap;
   TAILQ_HEAD(gang__store_runq, gang__store_conn) run;
   SLIST_HEAD(, gang__store_conn) dead;
   bool accept_paused;
@@ -78,6 +87,11 @@ struct gang_store_server {
   _Atomic int64_t last_request;
   atomic_int nclients;          /* nconns, for gang__store_server_clients */
   _Atomic(store_watch *) watch; /* set once; freed with the server */
+  atomic_int coalesce_us;       /* gang__store_server_coalesce */
+  int64_t rate_from;            /* the window events are counted in */
+  int rate_events;
+  bool busy;   /* the last window was over GANG__STORE_BUSY_RATE */
+  int replied; /* requests taken up this pass that get an answer */
   /* gang__store_server_retire: the owner gave the server up; it stops by
    * itself (and frees itself) once it has no client, or at retire_by. */
   atomic_bool retire;
@@ -102,6 +116,9 @@ void gang__store_conn_close(gang_store_server *s, gang__store_conn *c);
 /* The parked request's deadline passed: unparks it and makes it runnable,
  * to be answered TIMEOUT. */
 void gang__store_conn_expire(gang_store_server *s, gang__store_conn *c);
+
+/* The parked connection with the nearest deadline, NULL when none. */
+gang__store_conn *gang__store_park_first(const gang_store_server *s);
 
 /* The kv's wake callback (owner: the conn, ctx: the server). */
 void gang__store_conn_on_wake(void *owner, void *ctx);

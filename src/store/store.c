@@ -339,3 +339,47 @@ gang_status gang_store_multi_set(gang_store *st, const char *const *keys,
       "gang_store_multi_set", st, keys, n,
       b_->ops->multi_set(b_, full, values, lens, n, deadline_of(st, -1)));
 }
+
+/* gang__store_peek on a backend without its own: a get per key with a
+ * deadline of now. */
+static gang_status peek_each(gang_store *b, const char *const *keys, size_t n,
+                             void **values, size_t *lens) {
+  gang_status s = GANG_OK;
+  for (size_t i = 0; i < n; i++) {
+    values[i] = NULL;
+    lens[i] = 0;
+  }
+  for (size_t i = 0; s == GANG_OK && i < n; i++) {
+    s = b->ops->get(b, keys[i], gang__now_ns(), &values[i], &lens[i]);
+    if (s == GANG_TIMEOUT) {
+      values[i] = NULL;
+      lens[i] = 0;
+      s = GANG_OK;
+    }
+  }
+  for (size_t i = 0; s != GANG_OK && i < n; i++) {
+    free(values[i]);
+    values[i] = NULL;
+  }
+  return s;
+}
+
+gang_status gang__store_peek(gang_store *st, const char *const *keys, size_t n,
+                             void **values, size_t *lens) {
+  GANG_ARG_CHECK(n == 0 || (values != NULL && lens != NULL), "gang__store_peek",
+                 "values or lens is NULL");
+  MULTI_KEY_CALL("gang__store_peek", st, keys, n,
+                 b_->ops->peek != NULL
+                     ? b_->ops->peek(b_, full, n, values, lens)
+                     : peek_each(b_, full, n, values, lens));
+}
+
+gang_status gang__store_add_quiet(gang_store *st, const char *key,
+                                  int64_t delta) {
+  int64_t ignored;
+  ONE_KEY_CALL(
+      "gang__store_add_quiet", st, key,
+      b_->ops->add_quiet != NULL
+          ? b_->ops->add_quiet(b_, full, delta, deadline_of(st, -1))
+          : b_->ops->add(b_, full, delta, deadline_of(st, -1), &ignored));
+}

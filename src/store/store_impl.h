@@ -59,6 +59,13 @@ typedef struct gang__store_ops {
                         size_t len, int64_t deadline);
   gang_status (*multi_get)(gang_store *st, const char *const *keys, size_t n,
                            int64_t deadline, void **values, size_t *lens);
+  /* Optional: an add with no reply (gang__store_add_quiet). */
+  gang_status (*add_quiet)(gang_store *st, const char *key, int64_t delta,
+                           int64_t deadline);
+  /* Optional: multi_get that does not wait; a missing key gets NULL
+   * (gang__store_peek; without it, a get per key). */
+  gang_status (*peek)(gang_store *st, const char *const *keys, size_t n,
+                      void **values, size_t *lens);
   gang_status (*multi_set)(gang_store *st, const char *const *keys,
                            const void *const *values, const size_t *lens,
                            size_t n, int64_t deadline);

@@ -17,6 +17,7 @@
  * request may or may not have been applied, and only the caller can know
  * whether repeating it is safe. Open a new handle to continue. */
 #include <inttypes.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,204 +41,7 @@
  * server's TIMEOUT reply before declaring the connection dead. */
 #define REPLY_GRACE_MS 1000
 
-typedef struct tcp_client {
-  /* fd is closed under fd_mu (and the handle's lock), so that an
-   * interrupt from another thread never shuts down a reused number. */
-  pthread_mutex_t fd_mu;
-  bool interrupted; /* gang__store_interrupt: calls fail with why */
-  char why[256];
-  int fd;
-  char peer[GANG_SOCK_PEER_CAP];
-  gang__store_caps caps; /* the server's, from its hello */
-  gang__store_buf out;   /* request being sent */
-  gang__store_buf in;    /* reply being received */
-  gang_status broken;    /* GANG_OK while usable */
-  char broken_msg[512];
-} tcp_client;
-
-static tcp_client *impl_of(gang_store *st) { return st->impl; }
-
-/* ---- Connection and handshake ------------------------------------------ */
-
-static gang_status handshake(tcp_client *c, const char *secret,
-                             int64_t deadline) {
-  gang__store_client_hello ch;
-  memset(&ch, 0, sizeof ch);
-  ch.magic = GANG_STORE_MAGIC;
-  ch.version = GANG_STORE_VERSION;
-  ch.kind = GANG_STORE_KIND_CLIENT;
-  ch.flags = secret ? GANG_STORE_HELLO_AUTH : 0;
-  GANG_CHECK(gang__auth_random(ch.nonce, sizeof ch.nonce));
-  uint8_t buf[GANG_STORE_SERVER_HELLO_BYTES];
-  gang__store_client_hello_encode(&ch, buf);
-  GANG_CHECK(gang__sock_write_full(c->fd, buf, GANG_STORE_CLIENT_HELLO_BYTES,
-                                   deadline, -1, c->peer));
-  GANG_CHECK(gang__sock_read_full(c->fd, buf, GANG_STORE_SERVER_HELLO_BYTES,
-                                  deadline, -1, c->peer));
-  gang__store_server_hello sh;
-  gang__store_server_hello_decode(buf, &sh);
-  if (sh.magic != GANG_STORE_MAGIC || sh.kind != GANG_STORE_KIND_SERVER)
-    return gang__error(GANG_PROTOCOL,
-                       "%s is not a gang store server (magic 0x%08x kind %u)",
-                       c->peer, sh.magic, sh.kind);
-  if (sh.version != GANG_STORE_VERSION ||
-      sh.status == GANG_STORE_HELLO_BAD_VERSION)
-    return gang__error(GANG_PROTOCOL,
-                       "store server %s speaks protocol version %u; this "
-                       "client speaks version %u",
-                       c->peer, sh.version, GANG_STORE_VERSION);
-  if (sh.status != GANG_STORE_HELLO_OK)
-    return gang__error(GANG_PROTOCOL,
-                       "store server %s refused the connection (status %u)",
-                       c->peer, sh.status);
-  if (sh.caps.max_key == 0 || sh.caps.max_value == 0 || sh.caps.max_keys == 0 ||
-      sh.caps.max_frame < GANG_STORE_FRAME_HDR)
-    return gang__error(GANG_PROTOCOL, "store server %s announced zero caps",
-                       c->peer);
-  c->caps = sh.caps;
-  bool server_auth = (sh.flags & GANG_STORE_HELLO_AUTH) != 0;
-  if (server_auth && secret == NULL)
-    return gang__error(GANG_AUTH,
-                       "store server %s requires authentication and this "
-                       "client has no secret (set GANG_STORE_SECRET or the "
-                       "secret option)",
-                       c->peer);
-  if (!server_auth && secret != NULL)
-    return gang__error(GANG_AUTH,
-                       "this client has a secret but store server %s does not "
-                       "authenticate (was it started without one?); refusing "
-                       "to talk to an unauthenticated server",
-                       c->peer);
-  if (!server_auth)
-    return GANG_OK;
-  if (!gang__auth_check(secret, GANG_AUTH_SERVER_PROOF, ch.nonce, sh.nonce,
-                        sh.proof))
-    return gang__error(GANG_AUTH,
-                       "store server %s could not prove it knows the secret "
-                       "(the two sides have different secrets)",
-                       c->peer);
-  uint8_t proof[GANG_STORE_MAC_BYTES];
-  GANG_CHECK(gang__auth_proof(secret, GANG_AUTH_CLIENT_PROOF, ch.nonce,
-                              sh.nonce, proof));
-  GANG_CHECK(
-      gang__sock_write_full(c->fd, proof, sizeof proof, deadline, -1, c->peer));
-  GANG_CHECK(gang__sock_read_full(c->fd, buf, GANG_STORE_AUTH_RESULT_BYTES,
-                                  deadline, -1, c->peer));
-  if (gang__get_u32(buf) != 0)
-    return gang__error(GANG_AUTH,
-                       "store server %s rejected this client's "
-                       "secret",
-                       c->peer);
-  return GANG_OK;
-}
-
-static void sleep_ms(int64_t ms) {
-  struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
-  while (nanosleep(&ts, &ts) != 0)
-    ;
-}
-
-/* xorshift jitter: the connect backoff must differ between ranks that
- * start together, it need not be unpredictable. */
-static uint64_t jitter_state(void) {
-  return (uint64_t)gang__now_ns() ^ ((uint64_t)getpid() << 32);
-}
-
-/* Connects (retrying until the connect timeout) and shakes hands. */
-static gang_status tcp_open(const gang__store_target *at,
-                            const gang_store_options *opts, int64_t timeout_ms,
-                            void **impl) {
-  const char *host = at->host;
-  int port = at->port;
-  int64_t connect_ms =
-      GANG__OPTS_GET(gang_store_options, opts, connect_timeout_ms, 0);
-  const char *secret = GANG__OPTS_GET(gang_store_options, opts, secret, NULL);
-  if (connect_ms == 0)
-    connect_ms = timeout_ms;
-  if (secret == NULL)
-    secret = gang__setting_str(GANG_SETTING_STORE_SECRET);
-  if (*secret == '\0')
-    secret = NULL;
-
-  tcp_client *c = calloc(1, sizeof *c);
-  if (c == NULL)
-    return gang__error(GANG_NO_MEMORY, "store connect: no memory");
-  pthread_mutex_init(&c->fd_mu, NULL);
-  c->fd = -1;
-  gang__sock_peer_name(host, port, c->peer, sizeof c->peer);
-
-  int64_t start = gang__now_ns();
-  int64_t deadline = gang__deadline_in_ms(connect_ms);
-  int64_t backoff_ms = 10;
-  uint64_t rnd = jitter_state() | 1;
-  int attempts = 0;
-  gang_status st;
-  for (;;) {
-    attempts++;
-    int err = 0;
-    st = gang__sock_connect(host, port, deadline, &c->fd, &err);
-    if (st == GANG_OK) {
-      st = handshake(c, secret, deadline);
-      if (st == GANG_OK)
-        break;
-      close(c->fd);
-      c->fd = -1;
-      /* A server that is full or whose backlog overflowed closes or resets
-       * us: that is worth another attempt. Auth and protocol errors are
-       * not. */
-      if (st != GANG_PEER_LOST && st != GANG_TIMEOUT)
-        goto fail;
-    } else if (st == GANG_INVALID_ARGUMENT) {
-      goto fail; /* the name does not resolve */
-    }
-    if (gang__deadline_passed(deadline) || st == GANG_TIMEOUT) {
-      char last[GANG_SOCK_PEER_CAP + 256];
-      snprintf(last, sizeof last, "%s", gang_last_error());
-      st = gang__error(
-          GANG_TIMEOUT,
-          "cannot reach store at %s after %d attempts over %" PRId64 " ms: %s",
-          c->peer, attempts, (gang__now_ns() - start) / 1000000, last);
-      goto fail;
-    }
-    GANG_TRACE(STORE, "store connect %s attempt %d: %s", c->peer, attempts,
-               gang_last_error());
-    rnd ^= rnd << 13;
-    rnd ^= rnd >> 7;
-    rnd ^= rnd << 17;
-    /* Exponential backoff with +-50% jitter, capped at 1 s and at the
-     * deadline: spreads a storm of ranks over time. */
-    int64_t wait = backoff_ms / 2 + (int64_t)(rnd % (uint64_t)backoff_ms);
-    int left = gang__deadline_poll_ms(deadline);
-    if (left >= 0 && wait > left)
-      wait = left;
-    sleep_ms(wait);
-    if (backoff_ms < 1000)
-      backoff_ms *= 2;
-  }
-  GANG_INFO(STORE, "store client connected to %s after %d attempt(s)%s",
-            c->peer, attempts, secret ? " (authenticated)" : "");
-  *impl = c;
-  return GANG_OK;
-fail:
-  if (c->fd >= 0)
-    close(c->fd);
-  pthread_mutex_destroy(&c->fd_mu);
-  free(c);
-  return st;
-}
-
-static void tcp_close(gang_store *st) {
-  tcp_client *c = impl_of(st);
-  if (c == NULL)
-    return;
-  if (c->fd >= 0)
-    close(c->fd);
-  gang__store_buf_free(&c->out);
-  gang__store_buf_free(&c->in);
-  pthread_mutex_destroy(&c->fd_mu);
-  free(c);
-  st->impl = NULL;
-}
+#include "tcp_client.h"
 
 /* ---- Calls -------------------------------------------------------------- */
 
@@ -591,6 +395,83 @@ static gang_status tcp_multi_get(gang_store *st, const char *const *keys,
   return s;
 }
 
+/* multi_get without waiting: asks for the keys with a deadline of now;
+ * the server's TIMEOUT answer lists the missing ones, which get NULL, and
+ * the rest is asked for again (a key deleted in between is missing the
+ * next time, so every round asks for fewer keys). */
+static gang_status tcp_peek(gang_store *st, const char *const *keys, size_t n,
+                            void **values, size_t *lens) {
+  tcp_client *c = impl_of(st);
+  for (size_t i = 0; i < n; i++) {
+    values[i] = NULL;
+    lens[i] = 0;
+  }
+  const char **ask = malloc((n ? n : 1) * sizeof *ask);
+  size_t *at = malloc((n ? n : 1) * sizeof *at);
+  gang_status s = ask == NULL || at == NULL
+                      ? gang__error(GANG_NO_MEMORY, "store peek: %zu keys", n)
+                      : GANG_OK;
+  size_t nask = n;
+  for (size_t i = 0; s == GANG_OK && i < n; i++) {
+    ask[i] = keys[i];
+    at[i] = i;
+  }
+  while (s == GANG_OK && nask > 0) {
+    gang__store_req r;
+    req_init(&r, GANG_STORE_OP_MULTI_GET);
+    s = multi_keys(c, "peek", &r, ask, nask);
+    if (s != GANG_OK)
+      break;
+    gang__store_rep rep;
+    s = call(st, &r, gang__now_ns(), &rep);
+    if (s != GANG_OK) {
+      multi_free(&r);
+      break;
+    }
+    if (rep.rc == GANG_STORE_RC_TIMEOUT) {
+      /* Drop the missing ones (their indices ascend) and ask again. */
+      size_t keep = 0, m = 0;
+      for (size_t j = 0; j < nask; j++) {
+        if (m < rep.nmissing &&
+            gang__get_u32(rep.missing + 4 * m) == (uint32_t)j) {
+          m++;
+          continue;
+        }
+        ask[keep] = ask[j];
+        at[keep++] = at[j];
+      }
+      if (m == 0 || m != rep.nmissing)
+        s = gang__error(GANG_PROTOCOL,
+                        "store peek: %s named %u missing keys out of order",
+                        c->peer, rep.nmissing);
+      nask = keep;
+    } else if (rep.rc == GANG_STORE_RC_OK && rep.nvals != nask) {
+      s = gang__error(GANG_PROTOCOL, "store peek: %s sent %u values for %zu",
+                      c->peer, rep.nvals, nask);
+    } else if (rep.rc == GANG_STORE_RC_OK) {
+      for (size_t j = 0; s == GANG_OK && j < nask; j++) {
+        values[at[j]] = copy_out(&rep.vals[j]);
+        lens[at[j]] = rep.vals[j].len;
+        if (values[at[j]] == NULL)
+          s = gang__error(GANG_NO_MEMORY, "store peek: no memory");
+      }
+      nask = 0;
+    } else {
+      s = rep_error(c, &rep);
+    }
+    gang__store_rep_fini(&rep);
+    multi_free(&r);
+  }
+  if (s != GANG_OK)
+    for (size_t i = 0; i < n; i++) {
+      free(values[i]);
+      values[i] = NULL;
+    }
+  free(ask);
+  free(at);
+  return s;
+}
+
 static gang_status tcp_multi_set(gang_store *st, const char *const *keys,
                                  const void *const *values, const size_t *lens,
                                  size_t n, int64_t deadline) {
@@ -629,6 +510,38 @@ static gang_status tcp_add(gang_store *st, const char *key, int64_t delta,
     s = rep_error(c, &rep);
   gang__store_rep_fini(&rep);
   return s;
+}
+
+/* An add the server does not answer: sent, not waited for. A server
+ * without it gets a plain add. */
+static gang_status tcp_add_quiet(gang_store *st, const char *key, int64_t delta,
+                                 int64_t deadline) {
+  tcp_client *c = impl_of(st);
+  int64_t ignored;
+  if (!c->quiet)
+    return tcp_add(st, key, delta, deadline, &ignored);
+  if (c->broken != GANG_OK)
+    return gang__error(c->broken,
+                       "store add_quiet: the connection to %s failed earlier "
+                       "(open a new handle): %s",
+                       c->peer, c->broken_msg);
+  /* The server never sends unasked: anything to read is its close (or a
+   * broken server), which a write would not report until the next one. */
+  struct pollfd pf = {.fd = c->fd, .events = POLLIN | POLLRDHUP};
+  if (poll(&pf, 1, 0) > 0)
+    return break_conn(c, gang__error(GANG_PEER_LOST,
+                                     "store add_quiet: store server %s "
+                                     "closed the connection",
+                                     c->peer));
+  gang__store_req r;
+  req_init(&r, GANG_STORE_OP_ADD_QUIET);
+  r.num = delta;
+  GANG_CHECK(key_bytes(c, "add_quiet", key, &r.keys[0]));
+  c->out.len = 0;
+  GANG_CHECK(gang__store_req_encode(&r, &c->caps, &c->out));
+  gang_status s =
+      gang__sock_write_full(c->fd, c->out.p, c->out.len, deadline, -1, c->peer);
+  return s == GANG_OK ? GANG_OK : break_conn(c, s);
 }
 
 static gang_status tcp_compare_set(gang_store *st, const char *key,
@@ -692,7 +605,7 @@ static gang_status tcp_num_keys(gang_store *st, int64_t deadline, int64_t *n) {
 
 const gang__store_ops gang__store_tcp_ops = {
     .kind = "tcp",
-    .open = tcp_open,
+    .open = gang__tcp_open,
     .set = tcp_set,
     .get = tcp_get,
     .check = tcp_check,
@@ -703,8 +616,10 @@ const gang__store_ops gang__store_tcp_ops = {
     .num_keys = tcp_num_keys,
     .append = tcp_append,
     .multi_get = tcp_multi_get,
+    .peek = tcp_peek,
+    .add_quiet = tcp_add_quiet,
     .multi_set = tcp_multi_set,
-    .close = tcp_close,
+    .close = gang__tcp_close,
     .interrupt = tcp_interrupt,
     .broken = tcp_broken,
 };
