@@ -29,6 +29,8 @@ struct gang__lh_client {
   uint64_t incarnation;
   int64_t timeout_ms;
   char registered[GANG_LH_ID_MAX]; /* the id this client put in lh/ids */
+  int64_t answered;                /* the counter in the last answered beat */
+  int quiet_beats;                 /* beats sent since, unanswered */
 };
 
 /* A get that waits at most timeout_ms (0: not at all); the handle's
@@ -110,6 +112,11 @@ void gang__lh_close(gang__lh_client *c) {
   free(c);
 }
 
+void gang__lh_interrupt(gang__lh_client *c, const char *why) {
+  if (c != NULL)
+    gang__store_interrupt(c->st, why);
+}
+
 uint64_t gang__lh_incarnation(const gang__lh_client *c) {
   return c ? c->incarnation : 0;
 }
@@ -129,11 +136,30 @@ gang_status gang__lh_heartbeat(gang__lh_client *c, const char *id) {
   GANG_CHECK(check_client_id(c, id, "gang__lh_heartbeat"));
   char key[GANG__LH_KEY_CAP];
   snprintf(key, sizeof key, GANG__LH_KEY_HB, id);
+  bool known = strcmp(c->registered, id) == 0;
+  if (known && c->quiet_beats < GANG__LH_QUIET_BEATS) {
+    /* Most beats are not answered: an answer costs the lighthouse as much
+     * again as the beat (waking the replica), and 1000 replicas beat
+     * 10000 times a second. */
+    gang_status s = gang__store_add_quiet(c->st, key, 1);
+    if (s != GANG_OK)
+      return gang__error_wrap(s, "lighthouse %s: heartbeat of '%s'", c->addr,
+                              id);
+    c->quiet_beats++;
+    return GANG_OK;
+  }
   int64_t beats = 0;
   gang_status s = gang_store_add(c->st, key, 1, &beats);
-  /* A counter that starts again at 1 is new to the lighthouse: the first
-   * beat, or the first after the lighthouse forgot a long-silent id. */
-  if (s == GANG_OK && (beats == 1 || strcmp(c->registered, id) != 0)) {
+  /* The counter grows by at least this client's beats while the
+   * lighthouse knows the id: one that is lower started again, because the
+   * lighthouse forgot a long-silent id (and deleted its counter). Either
+   * way the id is registered (again). */
+  bool reset = beats < c->answered + c->quiet_beats + 1;
+  if (s == GANG_OK) {
+    c->answered = beats;
+    c->quiet_beats = 0;
+  }
+  if (s == GANG_OK && (reset || !known)) {
     char line[GANG_LH_ID_MAX + 1];
     int n = snprintf(line, sizeof line, "%s\n", id);
     s = gang_store_append(c->st, GANG__LH_KEY_IDS, line, (size_t)n);

@@ -487,6 +487,7 @@ static void accept_some(gang__lh_http *h, int64_t now) {
 
 static void *http_main(void *arg) {
   gang__lh_http *h = arg;
+  pthread_setname_np(pthread_self(), "gang-lh-http");
   struct pollfd pf[2 + MAX_CONNS];
   hconn *who[2 + MAX_CONNS];
   for (;;) {

@@ -34,6 +34,11 @@
 #define GANG__LH_KEY_JOIN "lh/r/%lld/join/%s"
 #define GANG__LH_KEY_QUORUM "lh/r/%lld/quorum"
 #define GANG__LH_KEY_NOTICE "lh/notice/%lld"
+/* Heartbeats sent without an answer between two answered ones: an
+ * answered beat every 5 s at the managers' default 100 ms (lh_client.c).
+ * The answer tells a client whether the lighthouse forgot its id; a
+ * lighthouse that closed the connection is seen at the next beat anyway. */
+#define GANG__LH_QUIET_BEATS 49
 /* Room for any of them with a valid id. */
 #define GANG__LH_KEY_CAP (GANG_LH_ID_MAX + 64)
 
@@ -151,6 +156,8 @@ void gang__lh_http_stop(gang__lh_http *h);
 #define GANG__LH_CALL_MS 5000      /* deadline of the thread's store calls */
 #define GANG__LH_GC_ROUNDS 16      /* quorum records kept for late readers */
 #define GANG__LH_MAX_REPLICAS 4096 /* ids tracked at once */
+/* Slots of the id -> index table (a power of two, twice the ids). */
+#define GANG__LH_INDEX_SLOTS (2 * GANG__LH_MAX_REPLICAS)
 
 /* What the thread keeps per replica beyond gang__lh_replica. */
 typedef struct gang__lh_extra {
@@ -184,7 +191,9 @@ struct gang_lighthouse {
   gang__lh_replica *reps;
   gang__lh_extra *ext; /* beside reps, which gang__lh_compute takes */
   int nreps;
-  size_t ids_off; /* bytes of lh/ids already read */
+  int *index;       /* GANG__LH_INDEX_SLOTS: reps' indices by id, -1 empty */
+  bool index_stale; /* reps changed since it was built */
+  size_t ids_off;   /* bytes of lh/ids already read */
   int64_t last_warn_ms;
   int64_t last_tick_ms; /* when the last tick ended (0: none yet) */
   char why[256];

@@ -197,6 +197,17 @@ gang_status gang__lh_join(gang__lh_client *c, const gang__lh_member *me,
 gang_status gang__lh_next_notice(gang__lh_client *c, int64_t *cursor, char *id,
                                  size_t cap, int64_t timeout_ms, bool *kill);
 
+/* Ends the client's connection from any thread: its call in flight (a
+ * long wait for a notice) and every later one fail at once. NULL is fine;
+ * c must not be closed meanwhile. */
+void gang__lh_interrupt(gang__lh_client *c, const char *why);
+
+/* How long a manager's notice watcher waits for the next notice in one
+ * request: long, since each wait that ends empty costs the lighthouse a
+ * reply (1000 replicas at 500 ms were 2000 a second); the manager's
+ * destruction interrupts it. */
+#define GANG__LH_NOTICE_WAIT_MS 10000
+
 /* "host:port" of the lighthouse's store, for replica gangs' rendezvous
  * under rdzv/. */
 const char *gang__lh_addr(const gang__lh_client *c);

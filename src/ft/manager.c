@@ -114,13 +114,30 @@ static bool takes_notice(gang_manager *m, const char *id, int64_t index,
   return yes;
 }
 
+/* The notice watcher's client, shown to gang_manager_destroy (which
+ * interrupts its wait) or taken back before it is closed. */
+static void notice_client(gang_manager *m, gang__lh_client *c) {
+  pthread_mutex_lock(&m->mu);
+  m->lh_notice = c;
+  if (c != NULL && m->stopping) /* too late for destroy to see it */
+    gang__lh_interrupt(c, "the manager is being destroyed");
+  pthread_mutex_unlock(&m->mu);
+}
+
+static gang__lh_client *notice_close(gang_manager *m, gang__lh_client *c) {
+  notice_client(m, NULL);
+  gang__lh_close(c);
+  return NULL;
+}
+
 static void *notice_main(void *arg) {
   gang_manager *m = arg;
   gang__lh_client *c = NULL;
   int64_t cursor = 0;
   uint64_t incarnation = 0;
   while (!nap(m, c == NULL ? 200 : 0)) {
-    c = reconnect(m, c);
+    if (c == NULL && (c = reconnect(m, c)) != NULL)
+      notice_client(m, c);
     if (c == NULL)
       continue;
     if (gang__lh_incarnation(c) != incarnation) { /* a new lighthouse */
@@ -129,13 +146,12 @@ static void *notice_main(void *arg) {
     }
     char id[GANG_LH_ID_MAX];
     bool kill = false;
-    gang_status st =
-        gang__lh_next_notice(c, &cursor, id, sizeof id, 500, &kill);
+    gang_status st = gang__lh_next_notice(c, &cursor, id, sizeof id,
+                                          GANG__LH_NOTICE_WAIT_MS, &kill);
     if (st == GANG_TIMEOUT)
       continue;
     if (st != GANG_OK) {
-      gang__lh_close(c);
-      c = NULL;
+      c = notice_close(m, c);
       continue;
     }
     if (kill && strcmp(id, m->replica_id) == 0) {
@@ -163,7 +179,7 @@ static void *notice_main(void *arg) {
      * so does a configure or a heal in progress. */
     gang_abort(m->replica);
   }
-  gang__lh_close(c);
+  notice_close(m, c);
   return NULL;
 }
 
@@ -278,6 +294,7 @@ void gang_manager_destroy(gang_manager *m) {
   pthread_mutex_lock(&m->mu);
   m->stopping = true;
   pthread_cond_broadcast(&m->cv);
+  gang__lh_interrupt(m->lh_notice, "the manager is being destroyed");
   pthread_mutex_unlock(&m->mu);
   if (m->beat_started)
     pthread_join(m->beat_thread, NULL);

@@ -53,6 +53,9 @@ struct gang_manager {
   gang_t *replica; /* reconfigurable: rank r of every group */
   gang_t *managed;
   gang__lh_client *lh_quorum; /* group rank 0's, used by the worker */
+  /* The notice watcher's client while it waits (under mu): stopping
+   * interrupts its wait, which may be long (GANG__LH_NOTICE_WAIT_MS). */
+  gang__lh_client *lh_notice;
   pthread_t beat_thread, notice_thread, worker;
   bool beat_started, notice_started, worker_started, stopping;
   /* The step (under mu). */
