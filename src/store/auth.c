@@ -12,6 +12,7 @@
 #include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
+#include <openssl/params.h>
 #include <openssl/rand.h>
 
 #include "core/error.h"
@@ -45,6 +46,57 @@ gang_status gang__auth_proof(const char *secret, gang__auth_dir dir,
       olen != GANG_STORE_MAC_BYTES)
     return gang__error(GANG_INTERNAL, "store auth: HMAC-SHA256 failed");
   return GANG_OK;
+}
+
+struct gang__auth_key {
+  EVP_MAC *mac;
+  EVP_MAC_CTX *ctx; /* keyed; EVP_MAC_init with no key starts a new tag */
+};
+
+void gang__auth_key_free(gang__auth_key *k) {
+  if (k == NULL)
+    return;
+  EVP_MAC_CTX_free(k->ctx);
+  EVP_MAC_free(k->mac);
+  free(k);
+}
+
+gang_status gang__auth_key_new(const char *secret, gang__auth_key **out) {
+  *out = NULL;
+  gang__auth_key *k = calloc(1, sizeof *k);
+  if (k == NULL)
+    return gang__error(GANG_NO_MEMORY, "auth key: no memory");
+  OSSL_PARAM params[] = {
+      OSSL_PARAM_construct_utf8_string("digest", (char *)"SHA256", 0),
+      OSSL_PARAM_construct_end()};
+  k->mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
+  k->ctx = k->mac ? EVP_MAC_CTX_new(k->mac) : NULL;
+  if (k->ctx == NULL || EVP_MAC_init(k->ctx, (const unsigned char *)secret,
+                                     strlen(secret), params) != 1) {
+    gang__auth_key_free(k);
+    return gang__error(GANG_INTERNAL, "auth key: HMAC-SHA256 (error %lu)",
+                       ERR_get_error());
+  }
+  *out = k;
+  return GANG_OK;
+}
+
+gang_status gang__auth_mac(gang__auth_key *k, const char *label,
+                           const void *msg, size_t n,
+                           uint8_t out[GANG_STORE_MAC_BYTES]) {
+  size_t olen = 0;
+  if (EVP_MAC_init(k->ctx, NULL, 0, NULL) != 1 ||
+      EVP_MAC_update(k->ctx, (const unsigned char *)label, strlen(label)) !=
+          1 ||
+      EVP_MAC_update(k->ctx, msg, n) != 1 ||
+      EVP_MAC_final(k->ctx, out, &olen, GANG_STORE_MAC_BYTES) != 1 ||
+      olen != GANG_STORE_MAC_BYTES)
+    return gang__error(GANG_INTERNAL, "auth mac: HMAC-SHA256 failed");
+  return GANG_OK;
+}
+
+bool gang__auth_equal(const void *a, const void *b, size_t n) {
+  return CRYPTO_memcmp(a, b, n) == 0;
 }
 
 bool gang__auth_check(const char *secret, gang__auth_dir dir,

@@ -42,6 +42,21 @@ bool gang__auth_check(const char *secret, gang__auth_dir dir,
                       const uint8_t nonce_server[GANG_STORE_NONCE_BYTES],
                       const uint8_t got[GANG_STORE_MAC_BYTES]);
 
+/* A key for HMAC-SHA256 tags of messages outside the store's handshake
+ * (the lighthouse's heartbeat datagrams): made once, so that a tag costs
+ * the hashing and not the key's setup. One thread at a time. */
+typedef struct gang__auth_key gang__auth_key;
+gang_status gang__auth_key_new(const char *secret, gang__auth_key **out);
+void gang__auth_key_free(gang__auth_key *k);
+/* HMAC-SHA256(secret, label || msg), the label keeping these tags apart
+ * from the proofs. GANG_INTERNAL if libcrypto fails. */
+gang_status gang__auth_mac(gang__auth_key *k, const char *label,
+                           const void *msg, size_t n,
+                           uint8_t out[GANG_STORE_MAC_BYTES]);
+
+/* Constant-time comparison of n bytes. */
+bool gang__auth_equal(const void *a, const void *b, size_t n);
+
 /* Reads a secret file (--secret-file of the tools): its first line, the
  * newline not part of it, at most 4095 bytes. *out is malloc'd (the
  * caller zeroes and frees it). GANG_INVALID_ARGUMENT naming the file when

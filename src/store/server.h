@@ -80,6 +80,13 @@ bool gang__store_broken(gang_store *st);
 gang_status gang__store_add_quiet(gang_store *st, const char *key,
                                   int64_t delta);
 
+/* GANG_PEER_LOST when the server has closed st's connection (or the
+ * connection failed earlier), found without blocking; GANG_OK otherwise,
+ * and for stores without a connection. For a caller that sends without
+ * asking (the lighthouse's heartbeat datagrams) and would otherwise not
+ * see its server go. */
+gang_status gang__store_probe(gang_store *st);
+
 /* Gets the n keys that exist now, without waiting for the others: on
  * success values[i] is a malloc'd copy (gang_store_free) and lens[i] its
  * length, or NULL and 0 for a key that is missing. One request for them

@@ -383,3 +383,14 @@ gang_status gang__store_add_quiet(gang_store *st, const char *key,
           ? b_->ops->add_quiet(b_, full, delta, deadline_of(st, -1))
           : b_->ops->add(b_, full, delta, deadline_of(st, -1), &ignored));
 }
+
+gang_status gang__store_probe(gang_store *st) {
+  GANG_ARG_CHECK(st != NULL, "gang__store_probe", "store is NULL");
+  gang_store *b = backend(st);
+  if (b->ops->probe == NULL)
+    return GANG_OK;
+  pthread_mutex_lock(&b->mu);
+  gang_status s = b->ops->probe(b);
+  pthread_mutex_unlock(&b->mu);
+  return s;
+}

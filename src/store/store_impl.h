@@ -59,6 +59,9 @@ typedef struct gang__store_ops {
                         size_t len, int64_t deadline);
   gang_status (*multi_get)(gang_store *st, const char *const *keys, size_t n,
                            int64_t deadline, void **values, size_t *lens);
+  /* Optional: whether the server closed the connection, without
+   * blocking (gang__store_probe). */
+  gang_status (*probe)(gang_store *st);
   /* Optional: an add with no reply (gang__store_add_quiet). */
   gang_status (*add_quiet)(gang_store *st, const char *key, int64_t delta,
                            int64_t deadline);

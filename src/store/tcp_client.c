@@ -512,6 +512,24 @@ static gang_status tcp_add(gang_store *st, const char *key, int64_t delta,
   return s;
 }
 
+/* The server never sends unasked: anything to read between calls is its
+ * close (or a broken server), which a write would not report until the
+ * one after it. */
+static gang_status tcp_probe(gang_store *st) {
+  tcp_client *c = impl_of(st);
+  if (c->broken != GANG_OK)
+    return gang__error(c->broken,
+                       "store: the connection to %s failed earlier (open a "
+                       "new handle): %s",
+                       c->peer, c->broken_msg);
+  struct pollfd pf = {.fd = c->fd, .events = POLLIN | POLLRDHUP};
+  if (poll(&pf, 1, 0) > 0)
+    return break_conn(c, gang__error(GANG_PEER_LOST,
+                                     "store server %s closed the connection",
+                                     c->peer));
+  return GANG_OK;
+}
+
 /* An add the server does not answer: sent, not waited for. A server
  * without it gets a plain add. */
 static gang_status tcp_add_quiet(gang_store *st, const char *key, int64_t delta,
@@ -520,19 +538,7 @@ static gang_status tcp_add_quiet(gang_store *st, const char *key, int64_t delta,
   int64_t ignored;
   if (!c->quiet)
     return tcp_add(st, key, delta, deadline, &ignored);
-  if (c->broken != GANG_OK)
-    return gang__error(c->broken,
-                       "store add_quiet: the connection to %s failed earlier "
-                       "(open a new handle): %s",
-                       c->peer, c->broken_msg);
-  /* The server never sends unasked: anything to read is its close (or a
-   * broken server), which a write would not report until the next one. */
-  struct pollfd pf = {.fd = c->fd, .events = POLLIN | POLLRDHUP};
-  if (poll(&pf, 1, 0) > 0)
-    return break_conn(c, gang__error(GANG_PEER_LOST,
-                                     "store add_quiet: store server %s "
-                                     "closed the connection",
-                                     c->peer));
+  GANG_CHECK(tcp_probe(st));
   gang__store_req r;
   req_init(&r, GANG_STORE_OP_ADD_QUIET);
   r.num = delta;
@@ -618,6 +624,7 @@ const gang__store_ops gang__store_tcp_ops = {
     .multi_get = tcp_multi_get,
     .peek = tcp_peek,
     .add_quiet = tcp_add_quiet,
+    .probe = tcp_probe,
     .multi_set = tcp_multi_set,
     .close = gang__tcp_close,
     .interrupt = tcp_interrupt,
