@@ -81,7 +81,7 @@ static int http_port;
 static pid_t lh_pid;
 static atomic_bool stopping;
 static pthread_barrier_t round_start, round_end;
-static samples beat_rtt, page_status, page_html;
+static samples beat_rtt, page_status, page_html, page_rounds;
 static atomic_int phase; /* 0: setup, 1: rounds, 2: steady */
 static atomic_long beat_errors, late_beats;
 
@@ -160,20 +160,25 @@ static void start_lighthouse(const char *path) {
   snprintf(lh_addr, sizeof lh_addr, "127.0.0.1:%d", port);
 }
 
-/* Nanoseconds the lighthouse's threads have run, and each thread's name
- * and share into names (for the report). */
-static int64_t lighthouse_run_ns(char *names, size_t cap) {
+/* The lighthouse's threads: name and nanoseconds run so far. */
+#define MAX_THREADS 16
+typedef struct threads {
+  int n;
+  int tid[MAX_THREADS];
+  char comm[MAX_THREADS][20];
+  int64_t ns[MAX_THREADS];
+} threads;
+
+static int64_t lighthouse_threads(threads *t) {
   char dir[64];
   snprintf(dir, sizeof dir, "/proc/%d/task", (int)lh_pid);
   DIR *d = opendir(dir);
   int64_t total = 0;
-  size_t off = 0;
-  if (names != NULL)
-    names[0] = '\0';
+  t->n = 0;
   for (struct dirent *e; d != NULL && (e = readdir(d)) != NULL;) {
-    if (e->d_name[0] == '.')
+    if (e->d_name[0] == '.' || t->n == MAX_THREADS)
       continue;
-    char path[400], comm[64] = "?";
+    char path[400];
     long long ns = 0;
     snprintf(path, sizeof path, "%s/%s/schedstat", dir, e->d_name);
     FILE *f = fopen(path, "r");
@@ -181,21 +186,43 @@ static int64_t lighthouse_run_ns(char *names, size_t cap) {
       ns = 0;
     if (f != NULL)
       fclose(f);
+    int k = t->n++;
+    t->tid[k] = atoi(e->d_name);
+    t->ns[k] = ns;
+    snprintf(t->comm[k], sizeof t->comm[k], "?");
     snprintf(path, sizeof path, "%s/%s/comm", dir, e->d_name);
     f = fopen(path, "r");
     if (f != NULL) {
-      if (fgets(comm, sizeof comm, f) != NULL)
-        comm[strcspn(comm, "\n")] = '\0';
+      if (fgets(t->comm[k], sizeof t->comm[k], f) != NULL)
+        t->comm[k][strcspn(t->comm[k], "\n")] = '\0';
       fclose(f);
     }
     total += ns;
-    if (names != NULL && off < cap)
-      off += (size_t)snprintf(names + off, cap - off, "%s%s(%s) %.1f ms",
-                              off ? ", " : "", e->d_name, comm, ns / 1e6);
   }
   if (d != NULL)
     closedir(d);
   return total;
+}
+
+static int64_t lighthouse_run_ns(void) {
+  threads t;
+  return lighthouse_threads(&t);
+}
+
+/* Each thread's share of a core between two snapshots, into names. */
+static void thread_shares(const threads *a, const threads *b, double secs,
+                          char *names, size_t cap) {
+  size_t off = 0;
+  names[0] = '\0';
+  for (int k = 0; k < b->n && off < cap; k++) {
+    int64_t before = 0;
+    for (int j = 0; j < a->n; j++)
+      if (a->tid[j] == b->tid[k])
+        before = a->ns[j];
+    off += (size_t)snprintf(names + off, cap - off, "%s%s %.2f %%",
+                            off ? ", " : "", b->comm[k],
+                            100 * (b->ns[k] - before) / 1e9 / secs);
+  }
 }
 
 /* ---- Simulated groups ------------------------------------------------------
@@ -323,7 +350,10 @@ static void *probe_main(void *arg) {
     if (ms < 0)
       atomic_fetch_add(&page_errors, 1);
     else
-      add_sample(k % 2 ? &page_html : &page_status, ms);
+      add_sample(atomic_load(&phase) == 1 ? &page_rounds
+                 : k % 2                  ? &page_html
+                                          : &page_status,
+                 ms);
   }
   return NULL;
 }
@@ -417,7 +447,7 @@ int main(int argc, char **argv) {
     secret[i] = "0123456789abcdef"[rand() % 16];
   secret[32] = '\0';
   setenv("GANG_STORE_SECRET", secret, 1);
-  samples *all[] = {&beat_rtt, &page_status, &page_html};
+  samples *all[] = {&beat_rtt, &page_status, &page_html, &page_rounds};
   for (size_t i = 0; i < sizeof all / sizeof *all; i++) {
     all[i]->v = malloc(MAX_SAMPLES * sizeof(double));
     pthread_mutex_init(&all[i]->mu, NULL);
@@ -450,7 +480,7 @@ int main(int argc, char **argv) {
   /* Rounds. */
   atomic_store(&phase, 1);
   round_result *rr = calloc((size_t)C.rounds + 1, sizeof *rr);
-  int64_t cpu0 = lighthouse_run_ns(NULL, 0), w0 = now_ns();
+  int64_t cpu0 = lighthouse_run_ns(), w0 = now_ns();
   for (int k = 0; k < C.rounds; k++) {
     pthread_barrier_wait(&round_start);
     pthread_barrier_wait(&round_end);
@@ -471,15 +501,17 @@ int main(int argc, char **argv) {
     usleep(300 * 1000);
   }
   double rounds_s = (now_ns() - w0) / 1e9;
-  double rounds_cpu = C.rounds ? (lighthouse_run_ns(NULL, 0) - cpu0) / 1e9 : 0;
+  double rounds_cpu = C.rounds ? (lighthouse_run_ns() - cpu0) / 1e9 : 0;
 
   /* Steady heartbeating. */
   atomic_store(&phase, 2);
   char names[2048];
-  int64_t c0 = lighthouse_run_ns(NULL, 0), s0 = now_ns();
+  threads t0, t1;
+  int64_t c0 = lighthouse_threads(&t0), s0 = now_ns();
   long late0 = atomic_load(&late_beats);
   sleep((unsigned)C.seconds);
-  int64_t c1 = lighthouse_run_ns(names, sizeof names), s1 = now_ns();
+  int64_t c1 = lighthouse_threads(&t1), s1 = now_ns();
+  thread_shares(&t0, &t1, (s1 - s0) / 1e9, names, sizeof names);
   double steady = (double)(c1 - c0) / (double)(s1 - s0);
   long late = atomic_load(&late_beats) - late0;
   atomic_store(&stopping, true);
@@ -508,6 +540,9 @@ int main(int argc, char **argv) {
          st_max = quantile(page_status.v, nst, 1.0);
   double ht50 = quantile(page_html.v, nht, 0.5),
          ht_max = quantile(page_html.v, nht, 1.0);
+  int nrd = page_rounds.n;
+  double rd50 = quantile(page_rounds.v, nrd, 0.5),
+         rd_max = quantile(page_rounds.v, nrd, 1.0);
   double b50 = quantile(beat_rtt.v, beat_rtt.n, 0.5),
          b99 = quantile(beat_rtt.v, beat_rtt.n, 0.99);
   printf("steady: the lighthouse used %.2f %% of a core over %.1f s (%s)\n",
@@ -517,14 +552,16 @@ int main(int argc, char **argv) {
   printf("heartbeats: %d in steady state, round trip p50 %.0f us, p99 %.0f "
          "us; %ld late by a period, %ld errors\n",
          beat_rtt.n, b50, b99, late, atomic_load(&beat_errors));
-  printf("status page: /status p50 %.1f ms, max %.1f ms (%d); / p50 %.1f ms, "
-         "max %.1f ms (%d); %ld errors\n",
+  printf("status page, steady: /status p50 %.1f ms, max %.1f ms (%d); / p50 "
+         "%.1f ms, max %.1f ms (%d); %ld errors\n",
          st50, st_max, nst, ht50, ht_max, nht, atomic_load(&page_errors));
+  printf("status page while the groups join: p50 %.1f ms, max %.1f ms (%d)\n",
+         rd50, rd_max, nrd);
   printf("load average %.2f\n", load[0]);
   bool cpu_ok = steady <= 0.05, q_ok = decide_max <= C.tick_ms && bad == 0,
        page_ok = st_max <= 50 && ht_max <= 50 && page_errors == 0;
   printf("targets: cpu <= 5 %% %s; quorum within a tick (%d ms) %s; status "
-         "page within 50 ms %s\n",
+         "page within 50 ms (steady) %s\n",
          cpu_ok ? "met" : "MISSED", C.tick_ms, q_ok ? "met" : "MISSED",
          page_ok ? "met" : "MISSED");
   if (C.json != NULL) {
@@ -548,16 +585,18 @@ int main(int argc, char **argv) {
       fprintf(f, "],\n \"round_all_ms\": [");
       for (int k = 0; k < C.rounds; k++)
         fprintf(f, "%s%.2f", k ? ", " : "", rr[k].all_ms);
-      fprintf(f,
-              "],\n \"bad_quorums\": %d,\n"
-              " \"status_ms\": {\"p50\": %.2f, \"max\": %.2f, \"n\": %d},\n"
-              " \"page_ms\": {\"p50\": %.2f, \"max\": %.2f, \"n\": %d},\n"
-              " \"page_errors\": %ld,\n"
-              " \"beat_us\": {\"p50\": %.1f, \"p99\": %.1f, \"n\": %d},\n"
-              " \"late_beats\": %ld, \"beat_errors\": %ld}\n",
-              bad, st50, st_max, nst, ht50, ht_max, nht,
-              atomic_load(&page_errors), b50, b99, beat_rtt.n, late,
-              atomic_load(&beat_errors));
+      fprintf(
+          f,
+          "],\n \"bad_quorums\": %d,\n"
+          " \"status_ms\": {\"p50\": %.2f, \"max\": %.2f, \"n\": %d},\n"
+          " \"page_ms\": {\"p50\": %.2f, \"max\": %.2f, \"n\": %d},\n"
+          " \"page_rounds_ms\": {\"p50\": %.2f, \"max\": %.2f, \"n\": %d},\n"
+          " \"page_errors\": %ld,\n"
+          " \"beat_us\": {\"p50\": %.1f, \"p99\": %.1f, \"n\": %d},\n"
+          " \"late_beats\": %ld, \"beat_errors\": %ld}\n",
+          bad, st50, st_max, nst, ht50, ht_max, nht, rd50, rd_max, nrd,
+          atomic_load(&page_errors), b50, b99, beat_rtt.n, late,
+          atomic_load(&beat_errors));
       fclose(f);
     }
   }

@@ -8,14 +8,20 @@
  * whose quorum has been collected (the lighthouse deletes old rounds)
  * moves on to the current round instead of sitting out its deadline, and
  * so that the replica keeps heartbeating while it waits. */
+#include <errno.h>
 #include <inttypes.h>
+#include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/hostport.h"
+#include "core/settings.h"
 #include "core/sock.h"
 #include "gang/store.h"
 #include "lh_impl.h"
@@ -31,6 +37,8 @@ struct gang__lh_client {
   char registered[GANG_LH_ID_MAX]; /* the id this client put in lh/ids */
   int64_t answered;                /* the counter in the last answered beat */
   int quiet_beats;                 /* beats sent since, unanswered */
+  int udp;             /* connected to the lighthouse's beat socket; -1: none */
+  gang__auth_key *key; /* tags datagrams; NULL: none */
 };
 
 /* A get that waits at most timeout_ms (0: not at all); the handle's
@@ -60,6 +68,37 @@ static gang_status parse_incarnation(const char *v, size_t n, uint64_t *out) {
   return GANG_OK;
 }
 
+/* When the lighthouse counts heartbeat datagrams (lh/beat), a UDP socket
+ * connected to it; without one, beats go over the store. */
+static void open_udp(gang__lh_client *c, const gang__hostport *hp) {
+  void *v = NULL;
+  size_t n = 0;
+  if (get_within(c, GANG__LH_KEY_BEAT, 0, &v, &n) != GANG_OK)
+    return;
+  bool udp = n == 3 && memcmp(v, "udp", 3) == 0;
+  gang_store_free(v);
+  const char *secret = gang__setting_str(GANG_SETTING_STORE_SECRET);
+  if (!udp ||
+      (*secret != '\0' && gang__auth_key_new(secret, &c->key) != GANG_OK))
+    return;
+  char port[16];
+  snprintf(port, sizeof port, "%d", hp->port);
+  struct addrinfo hints = {.ai_socktype = SOCK_DGRAM,
+                           .ai_flags = AI_NUMERICSERV};
+  struct addrinfo *res = NULL;
+  if (getaddrinfo(hp->host, port, &hints, &res) != 0)
+    return;
+  for (struct addrinfo *a = res; a != NULL && c->udp < 0; a = a->ai_next) {
+    c->udp =
+        socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (c->udp >= 0 && connect(c->udp, a->ai_addr, a->ai_addrlen) != 0) {
+      close(c->udp);
+      c->udp = -1;
+    }
+  }
+  freeaddrinfo(res);
+}
+
 gang_status gang__lh_connect(const char *addr, int64_t timeout_ms,
                              gang__lh_client **out) {
   GANG_ARG_CHECK(addr != NULL, "gang__lh_connect", "addr is NULL");
@@ -76,6 +115,7 @@ gang_status gang__lh_connect(const char *addr, int64_t timeout_ms,
     return gang__error(GANG_NO_MEMORY, "gang__lh_connect: no memory");
   gang__sock_peer_name(hp.host, hp.port, c->addr, sizeof c->addr);
   c->timeout_ms = timeout_ms;
+  c->udp = -1;
   gang_store_options so = GANG_STORE_OPTIONS_INIT;
   so.timeout_ms = timeout_ms;
   so.connect_timeout_ms = timeout_ms;
@@ -101,6 +141,7 @@ gang_status gang__lh_connect(const char *addr, int64_t timeout_ms,
     gang__lh_close(c);
     return s;
   }
+  open_udp(c, &hp);
   *out = c;
   return GANG_OK;
 }
@@ -109,6 +150,9 @@ void gang__lh_close(gang__lh_client *c) {
   if (c == NULL)
     return;
   gang_store_close(c->st);
+  if (c->udp >= 0)
+    close(c->udp);
+  gang__auth_key_free(c->key);
   free(c);
 }
 
@@ -132,16 +176,43 @@ static gang_status check_client_id(const gang__lh_client *c, const char *id,
   return GANG_OK;
 }
 
-gang_status gang__lh_heartbeat(gang__lh_client *c, const char *id) {
+/* A beat that is not answered: a datagram when the lighthouse takes
+ * them, else an add the store does not answer. */
+static gang_status quiet_beat(gang__lh_client *c, const char *key,
+                              const char *id) {
+  if (c->udp >= 0) {
+    /* A datagram says nothing of a lighthouse that went away: its
+     * store connection does. */
+    GANG_CHECK(gang__store_probe(c->st));
+    uint8_t buf[GANG__LH_BEAT_CAP];
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t seq = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    size_t n =
+        gang__lh_beat_encode(buf, sizeof buf, c->incarnation, seq, id, c->key);
+    ssize_t w = n > 0 ? send(c->udp, buf, n, MSG_DONTWAIT | MSG_NOSIGNAL) : -1;
+    if (w == (ssize_t)n || (n > 0 && (errno == EAGAIN || errno == EINTR)))
+      return GANG_OK; /* sent, or lost as the network may lose it */
+    /* Refused (no beat socket there any more) or no datagram at all: over
+     * the store from now on. */
+    close(c->udp);
+    c->udp = -1;
+  }
+  return gang__store_add_quiet(c->st, key, 1);
+}
+
+/* A heartbeat; `answered` asks for the lighthouse's answer, which also
+ * registers the id again if the lighthouse forgot it. */
+static gang_status beat(gang__lh_client *c, const char *id, bool answered) {
   GANG_CHECK(check_client_id(c, id, "gang__lh_heartbeat"));
   char key[GANG__LH_KEY_CAP];
   snprintf(key, sizeof key, GANG__LH_KEY_HB, id);
   bool known = strcmp(c->registered, id) == 0;
-  if (known && c->quiet_beats < GANG__LH_QUIET_BEATS) {
+  if (!answered && known && c->quiet_beats < GANG__LH_QUIET_BEATS) {
     /* Most beats are not answered: an answer costs the lighthouse as much
      * again as the beat (waking the replica), and 1000 replicas beat
      * 10000 times a second. */
-    gang_status s = gang__store_add_quiet(c->st, key, 1);
+    gang_status s = quiet_beat(c, key, id);
     if (s != GANG_OK)
       return gang__error_wrap(s, "lighthouse %s: heartbeat of '%s'", c->addr,
                               id);
@@ -169,6 +240,10 @@ gang_status gang__lh_heartbeat(gang__lh_client *c, const char *id) {
   if (s != GANG_OK)
     return gang__error_wrap(s, "lighthouse %s: heartbeat of '%s'", c->addr, id);
   return GANG_OK;
+}
+
+gang_status gang__lh_heartbeat(gang__lh_client *c, const char *id) {
+  return beat(c, id, false);
 }
 
 gang_status gang__lh_leave(gang__lh_client *c, const char *id) {
@@ -247,7 +322,7 @@ static gang_status await_round(gang__lh_client *c, const gang__lh_member *me,
     }
     if (s != GANG_TIMEOUT)
       return s;
-    GANG_CHECK(gang__lh_heartbeat(c, me->replica_id));
+    GANG_CHECK(beat(c, me->replica_id, true));
     int64_t now_round;
     GANG_CHECK(read_round(c, &now_round));
     if (now_round > round + GANG__LH_GC_ROUNDS) {
@@ -282,7 +357,9 @@ gang_status gang__lh_join(gang__lh_client *c, const gang__lh_member *me,
   int64_t t0 = gang__now_ns(), deadline = gang__deadline_in_ms(timeout_ms);
   char rec[512];
   size_t len = gang__lh_member_encode(me, rec, sizeof rec);
-  gang_status s = gang__lh_heartbeat(c, me->replica_id);
+  /* Answered: a replica back from a long silence, whose id the
+   * lighthouse forgot, is registered again before its join is read. */
+  gang_status s = beat(c, me->replica_id, true);
   int64_t round = -1;
   if (s == GANG_OK)
     s = read_round(c, &round);

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "gang/store.h"
+#include "lh_beats.h"
 #include "lighthouse.h"
 
 /* Keys (lighthouse.h lists them with their meaning). */
@@ -26,6 +27,8 @@
  * managers' default 100 ms; never more than half the timeout). */
 #define GANG__LH_SUSPECT_MS 300
 #define GANG__LH_KEY_ROUND "lh/round"
+/* "udp" when the lighthouse counts heartbeat datagrams (lh_beats.c). */
+#define GANG__LH_KEY_BEAT "lh/beat"
 #define GANG__LH_KEY_HB_PREFIX "lh/hb/"
 #define GANG__LH_KEY_HB GANG__LH_KEY_HB_PREFIX "%s"
 /* Added to a heartbeat counter by a replica that leaves: a negative
@@ -35,10 +38,11 @@
 #define GANG__LH_KEY_QUORUM "lh/r/%lld/quorum"
 #define GANG__LH_KEY_NOTICE "lh/notice/%lld"
 /* Heartbeats sent without an answer between two answered ones: an
- * answered beat every 5 s at the managers' default 100 ms (lh_client.c).
- * The answer tells a client whether the lighthouse forgot its id; a
- * lighthouse that closed the connection is seen at the next beat anyway. */
-#define GANG__LH_QUIET_BEATS 49
+ * answered beat every 10 s at the managers' default 100 ms (lh_client.c;
+ * a join's beat is always answered). The answer tells a client whether
+ * the lighthouse forgot its id; a lighthouse that closed the connection
+ * is seen at the next beat anyway. */
+#define GANG__LH_QUIET_BEATS 99
 /* Room for any of them with a valid id. */
 #define GANG__LH_KEY_CAP (GANG_LH_ID_MAX + 64)
 
@@ -169,12 +173,14 @@ typedef struct gang__lh_extra {
   int64_t join_round; /* the round of the join it is joined with */
   int64_t suspect_ms; /* a peer reported it lost then (0: none) */
   int64_t suspect_beats; /* ... when its counter read this */
+  bool in_prev; /* a member of the last quorum (set when either changes) */
 } gang__lh_extra;
 
 struct gang_lighthouse {
   gang__lh_config cfg;
   int64_t tick_ms;
   gang_store_server *srv;
+  gang__lh_beats *beats; /* heartbeats by datagram; NULL: none */
   gang_store *st; /* NULL after a failure: reconnected at the next tick */
   char self[300]; /* "host:port" of its own server */
   char *secret;   /* NULL: GANG_STORE_SECRET */
@@ -195,9 +201,26 @@ struct gang_lighthouse {
   bool index_stale; /* reps changed since it was built */
   size_t ids_off;   /* bytes of lh/ids already read */
   int64_t last_warn_ms;
-  int64_t last_tick_ms; /* when the last tick ended (0: none yet) */
+  int64_t last_tick_ms;  /* when the last tick ended (0: none yet) */
+  int64_t beats_read_ms; /* when the counters were last read (0: never) */
   char why[256];
 };
+
+/* ---- What a tick reads (lh_read.c) ---- */
+
+/* reps' index of replica `id`, -1 when unknown (a hash table, rebuilt
+ * after index_stale). */
+int gang__lh_find(gang_lighthouse *L, const char *id);
+/* Whether reps[i] beat within the heartbeat timeout. */
+bool gang__lh_healthy(const gang_lighthouse *L, int i, int64_t now);
+/* Whether `id` is a member of the last quorum. */
+bool gang__lh_in_prev(const gang_lighthouse *L, const char *id);
+/* bsearch's comparison of an id with a gang__lh_member. */
+int gang__lh_cmp_member_id(const void *key, const void *m);
+/* Every heartbeat counter, and every join that may be there, in one read
+ * each. */
+gang_status gang__lh_read_beats(gang_lighthouse *L, int64_t now);
+gang_status gang__lh_read_joins(gang_lighthouse *L, int64_t now);
 
 /* One tick: reads ids, heartbeats and joins, sends failure notices,
  * forms and publishes a quorum when there is one. A failed store call
@@ -206,9 +229,12 @@ gang_status gang__lh_tick(gang_lighthouse *L);
 
 /* The join keys worth waiting for until the next tick: those still
  * missing of the last quorum's members, when all of them are healthy (a
- * fast quorum is possible: it forms as soon as the last of them joins).
- * Returns how many, in *keys (malloc'd, GANG__LH_KEY_CAP bytes each); 0
- * when none. */
+ * fast quorum is possible: it forms as soon as the last of them joins)
+ * and there are at most GANG__LH_FAST_MAX members (a wait parks on every
+ * missing key and ends every tick: with more, the cost grows with them
+ * each tick, and the tick itself decides within one). Returns how many,
+ * in *keys (malloc'd, GANG__LH_KEY_CAP bytes each); 0 when none. */
+#define GANG__LH_FAST_MAX 64
 int gang__lh_fast_keys(gang_lighthouse *L, int64_t now, char **keys);
 
 /* Copies the thread's view into L->status for the status page. */

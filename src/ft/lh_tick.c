@@ -10,7 +10,6 @@
  * quorum, two sets and a delete per join. Replicas are found by id in a
  * hash table and quorum members by binary search (members are sorted),
  * so that a tick stays linear in n. */
-#include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -22,7 +21,6 @@
 #include "core/log.h"
 #include "gang/store.h"
 #include "lh_impl.h"
-#include "store/server.h"
 
 #define IDS_COMPACT (64 << 10) /* lh/ids is rewritten beyond this */
 
@@ -35,52 +33,6 @@ static gang_status get_now(gang_lighthouse *L, const char *key, void **v,
   return s;
 }
 
-static uint32_t id_hash(const char *id) {
-  uint32_t h = 2166136261u; /* FNV-1a */
-  for (; *id != '\0'; id++)
-    h = (h ^ (uint8_t)*id) * 16777619u;
-  return h;
-}
-
-/* Rebuilds the id -> index table after replicas came or went. */
-static void index_build(gang_lighthouse *L) {
-  for (int k = 0; k < GANG__LH_INDEX_SLOTS; k++)
-    L->index[k] = -1;
-  for (int i = 0; i < L->nreps; i++) {
-    uint32_t h = id_hash(L->reps[i].member.replica_id);
-    while (L->index[h & (GANG__LH_INDEX_SLOTS - 1)] >= 0)
-      h++;
-    L->index[h & (GANG__LH_INDEX_SLOTS - 1)] = i;
-  }
-  L->index_stale = false;
-}
-
-static int find(gang_lighthouse *L, const char *id) {
-  if (L->index_stale)
-    index_build(L);
-  for (uint32_t h = id_hash(id);; h++) {
-    int i = L->index[h & (GANG__LH_INDEX_SLOTS - 1)];
-    if (i < 0 || strcmp(L->reps[i].member.replica_id, id) == 0)
-      return i;
-  }
-}
-
-static bool healthy(const gang_lighthouse *L, int i, int64_t now) {
-  return L->reps[i].last_beat_ms > now - L->cfg.heartbeat_timeout_ms;
-}
-
-static int cmp_member_id(const void *key, const void *m) {
-  return strcmp(key, ((const gang__lh_member *)m)->replica_id);
-}
-
-/* Members of a quorum are sorted by id (gang__lh_compute, and decoding
- * checks it). */
-static bool in_prev(const gang_lighthouse *L, const char *id) {
-  return L->prev.n > 0 &&
-         bsearch(id, L->prev.members, (size_t)L->prev.n,
-                 sizeof *L->prev.members, cmp_member_id) != NULL;
-}
-
 /* ---- Replicas: ids, heartbeats, pruning ---------------------------------- */
 
 static void add_replica(gang_lighthouse *L, const char *id, size_t len,
@@ -88,7 +40,7 @@ static void add_replica(gang_lighthouse *L, const char *id, size_t len,
   char buf[GANG_LH_ID_MAX];
   memcpy(buf, id, len);
   buf[len] = '\0';
-  if (find(L, buf) >= 0)
+  if (gang__lh_find(L, buf) >= 0)
     return;
   if (L->nreps == GANG__LH_MAX_REPLICAS) {
     GANG_WARN(FT, "lighthouse: %d replicas known already: ignoring '%s'",
@@ -100,7 +52,9 @@ static void add_replica(gang_lighthouse *L, const char *id, size_t len,
   memset(&L->reps[i], 0, sizeof L->reps[i]);
   memcpy(L->reps[i].member.replica_id, buf, len + 1);
   L->reps[i].last_beat_ms = INT64_MIN;
-  L->ext[i] = (gang__lh_extra){.beats = -1, .seen_ms = now};
+  L->ext[i] = (gang__lh_extra){
+      .beats = -1, .seen_ms = now, .in_prev = gang__lh_in_prev(L, buf)};
+  gang__lh_beats_add(L->beats, buf);
   GANG_INFO(FT, "lighthouse: replica '%s' registered", buf);
 }
 
@@ -162,115 +116,6 @@ static gang_status read_ids(gang_lighthouse *L, int64_t now) {
   return s;
 }
 
-/* Reads keys[0..n) (GANG__LH_KEY_CAP bytes apart in one buffer) without
- * waiting, PEEK_CHUNK to a request: vals[i] is NULL for a missing key. On
- * failure nothing is left allocated. */
-#define PEEK_CHUNK 512
-static gang_status peek_keys(gang_lighthouse *L, const char *keys, int n,
-                             void **vals, size_t *lens) {
-  const char *ptrs[PEEK_CHUNK];
-  for (int i = 0; i < n; i += PEEK_CHUNK) {
-    int k = n - i < PEEK_CHUNK ? n - i : PEEK_CHUNK;
-    for (int j = 0; j < k; j++)
-      ptrs[j] = keys + (size_t)(i + j) * GANG__LH_KEY_CAP;
-    gang_status s =
-        gang__store_peek(L->st, ptrs, (size_t)k, vals + i, lens + i);
-    if (s != GANG_OK) {
-      for (int j = 0; j < i; j++)
-        gang_store_free(vals[j]);
-      return s;
-    }
-  }
-  return GANG_OK;
-}
-
-/* Room for n keys and their values. */
-typedef struct peek_buf {
-  char *keys;
-  void **vals;
-  size_t *lens;
-} peek_buf;
-
-static gang_status peek_buf_init(peek_buf *p, int n) {
-  size_t k = n > 0 ? (size_t)n : 1;
-  p->keys = malloc(k * GANG__LH_KEY_CAP);
-  p->vals = calloc(k, sizeof *p->vals);
-  p->lens = calloc(k, sizeof *p->lens);
-  if (p->keys == NULL || p->vals == NULL || p->lens == NULL) {
-    free(p->keys);
-    free(p->vals);
-    free(p->lens);
-    return gang__error(GANG_NO_MEMORY, "lighthouse: %d keys to read", n);
-  }
-  return GANG_OK;
-}
-
-static void peek_buf_fini(peek_buf *p, int n) {
-  for (int i = 0; i < n; i++)
-    gang_store_free(p->vals[i]);
-  free(p->keys);
-  free(p->vals);
-  free(p->lens);
-}
-
-static char *key_at(peek_buf *p, int k) {
-  return p->keys + (size_t)k * GANG__LH_KEY_CAP;
-}
-
-/* What replica i's counter reading `beats` says. */
-static void note_beats(gang_lighthouse *L, int i, int64_t beats, int64_t now) {
-  gang__lh_extra *e = &L->ext[i];
-  if (beats < 0) /* it left (gang__lh_leave): dead now */
-    L->reps[i].last_beat_ms = INT64_MIN;
-  else if (beats != e->beats && !(e->beats == -1 && beats == 0))
-    L->reps[i].last_beat_ms = now;
-  e->beats = beats;
-  if (e->suspect_ms == 0)
-    return;
-  if (beats != e->suspect_beats || L->reps[i].last_beat_ms == INT64_MIN) {
-    e->suspect_ms = 0; /* it beats: alive after all (or gone already) */
-  } else if (now - e->suspect_ms >= GANG__LH_SUSPECT_MS) {
-    GANG_INFO(FT,
-              "lighthouse: replica '%s', reported lost by a peer, has not "
-              "beaten for %" PRId64 " ms since: dead",
-              L->reps[i].member.replica_id, now - e->suspect_ms);
-    L->reps[i].last_beat_ms = INT64_MIN;
-    e->suspect_ms = 0;
-  }
-}
-
-/* Every counter in one read. A missing counter (deleted by hand) reads
- * 0, as an add of 0 would; one that is not a number changes nothing. */
-static gang_status read_beats(gang_lighthouse *L, int64_t now) {
-  int n = L->nreps;
-  peek_buf p;
-  GANG_CHECK(peek_buf_init(&p, n));
-  for (int i = 0; i < n; i++)
-    snprintf(key_at(&p, i), GANG__LH_KEY_CAP, GANG__LH_KEY_HB,
-             L->reps[i].member.replica_id);
-  gang_status s = peek_keys(L, p.keys, n, p.vals, p.lens);
-  if (s != GANG_OK) {
-    peek_buf_fini(&p, 0);
-    return s;
-  }
-  for (int i = 0; i < n; i++) {
-    int64_t beats = 0;
-    if (p.vals[i] != NULL) {
-      char *end;
-      errno = 0;
-      beats = strtoll(p.vals[i], &end, 10);
-      if (errno != 0 || end == (char *)p.vals[i] || *end != '\0') {
-        GANG_WARN(FT, "lighthouse: %s is not a counter: replica '%s' skipped",
-                  key_at(&p, i), L->reps[i].member.replica_id);
-        continue;
-      }
-    }
-    note_beats(L, i, beats, now);
-  }
-  peek_buf_fini(&p, n);
-  return GANG_OK;
-}
-
 /* Takes the reports of lost replicas (lh/suspects: from peers whose
  * sockets to it broke, and from the store server when a connection that
  * beat for it closed) that name replicas not already counted dead: each is
@@ -288,6 +133,9 @@ static gang_status read_suspects(gang_lighthouse *L, int64_t now) {
     gang_store_free(v);
     return GANG_OK;
   }
+  /* A replica's last datagrams were sent before its connections closed:
+   * they count before its count is taken. */
+  gang__lh_beats_drain(L->beats);
   const char *p = v;
   for (size_t off = 0; off < n;) {
     const char *nl = memchr(p + off, '\n', n - off);
@@ -296,7 +144,7 @@ static gang_status read_suspects(gang_lighthouse *L, int64_t now) {
     if (gang__lh_id_valid(p + off, len)) {
       memcpy(id, p + off, len);
       id[len] = '\0';
-      int i = find(L, id);
+      int i = gang__lh_find(L, id);
       /* Any replica not already counted dead: a member of the last
        * quorum, one that joined the next (killed right after its
        * restart), or one whose first beat since a stop is still to be
@@ -315,8 +163,12 @@ static gang_status read_suspects(gang_lighthouse *L, int64_t now) {
           gang_store_free(v);
           return s;
         }
+        /* ... datagrams' beats with the store's, as read_beats counts. */
+        int64_t udp = 0;
+        gang__lh_beats_read(L->beats, L->reps[i].member.replica_id,
+                            sizeof L->reps[i].member.replica_id, 1, &udp);
         L->ext[i].suspect_ms = now;
-        L->ext[i].suspect_beats = beats;
+        L->ext[i].suspect_beats = beats + udp;
         GANG_INFO(FT, "lighthouse: replica '%s' reported lost by a peer", id);
       }
     }
@@ -352,6 +204,7 @@ static gang_status prune(gang_lighthouse *L, int64_t now) {
               "lighthouse: replica '%s' silent for %" PRId64 " ms: "
               "forgotten",
               L->reps[i].member.replica_id, now - last);
+    gang__lh_beats_remove(L->beats, L->reps[i].member.replica_id);
     L->nreps--;
     L->reps[i] = L->reps[L->nreps];
     L->ext[i] = L->ext[L->nreps];
@@ -370,12 +223,11 @@ static gang_status prune(gang_lighthouse *L, int64_t now) {
 static gang_status send_notices(gang_lighthouse *L, int64_t now) {
   char key[GANG__LH_KEY_CAP];
   for (int i = 0; i < L->nreps; i++)
-    if (healthy(L, i, now))
+    if (gang__lh_healthy(L, i, now))
       L->ext[i].noticed = false;
-  for (int m = 0; m < L->prev.n; m++) {
-    const char *id = L->prev.members[m].replica_id;
-    int i = find(L, id);
-    if (i < 0 || healthy(L, i, now) || L->ext[i].noticed)
+  for (int i = 0; i < L->nreps; i++) {
+    const char *id = L->reps[i].member.replica_id;
+    if (!L->ext[i].in_prev || gang__lh_healthy(L, i, now) || L->ext[i].noticed)
       continue;
     snprintf(key, sizeof key, GANG__LH_KEY_NOTICE, (long long)L->notices);
     GANG_CHECK(gang_store_set(L->st, key, id, strlen(id)));
@@ -441,113 +293,13 @@ static gang_status send_kills(gang_lighthouse *L) {
   return GANG_OK;
 }
 
-/* Replica i's join record (under `key`, of round `round`) as read. */
-static gang_status take_join(gang_lighthouse *L, int i, const char *key,
-                             int64_t round, const void *v, size_t n,
-                             int64_t now) {
-  gang__lh_replica *r = &L->reps[i];
-  gang__lh_member m;
-  gang_status s = gang__lh_member_decode(v, n, &m);
-  if (s == GANG_OK && strcmp(m.replica_id, r->member.replica_id) != 0)
-    s = gang__error(GANG_PROTOCOL, "it names replica '%s'", m.replica_id);
-  if (s != GANG_OK) {
-    GANG_WARN(FT, "lighthouse: %s ignored: %s", key, gang_last_error());
-    L->ext[i].bad_join = true;
-    return GANG_OK;
-  }
-  if (r->joined && L->ext[i].join_round != round) {
-    /* It replaces a join carried from the round before: that key goes
-     * now (publish deletes only this round's and the carried one's). */
-    char old[GANG__LH_KEY_CAP];
-    snprintf(old, sizeof old, GANG__LH_KEY_JOIN,
-             (long long)L->ext[i].join_round, r->member.replica_id);
-    GANG_CHECK(gang_store_delete(L->st, old, NULL));
-  }
-  r->member = m;
-  if (!r->joined)
-    r->joined_ms = now; /* the join timeout counts from the first */
-  r->joined = true;
-  L->ext[i].has_member = true;
-  L->ext[i].join_round = round;
-  return GANG_OK;
-}
-
-/* A join of the round before that came after its quorum was computed
- * (or that a shrink_only quorum left out) counts for this round: its
- * replica, which saw itself left out, joins this round too, but a fast
- * quorum of the others may form before that join is seen, round after
- * round, when they step faster than it can join again (a replica
- * rejoining after a stop was kept out for 30 s so). torchft's lighthouse
- * keeps such a requester in its participants the same way. Only
- * replicas that were not in the last quorum are looked for there.
- *
- * Every join that may be there is read in one go: key 2i is replica i's
- * of this round, 2i + 1 of the round before ("" when not looked for). */
-static gang_status read_joins(gang_lighthouse *L, int64_t now) {
-  int n = L->nreps;
-  peek_buf p;
-  GANG_CHECK(peek_buf_init(&p, 2 * n));
-  int k = 0;
-  for (int i = 0; i < n; i++) {
-    gang__lh_replica *r = &L->reps[i];
-    bool look = !L->ext[i].bad_join && healthy(L, i, now);
-    bool before =
-        look && !r->joined && L->round > 0 && !in_prev(L, r->member.replica_id);
-    key_at(&p, k)[0] = key_at(&p, k + 1)[0] = '\0';
-    if (look)
-      snprintf(key_at(&p, k), GANG__LH_KEY_CAP, GANG__LH_KEY_JOIN,
-               (long long)L->round, r->member.replica_id);
-    if (before)
-      snprintf(key_at(&p, k + 1), GANG__LH_KEY_CAP, GANG__LH_KEY_JOIN,
-               (long long)L->round - 1, r->member.replica_id);
-    k += 2;
-  }
-  /* Ask only for the keys looked for: compact them, then spread back. */
-  int *from = malloc((size_t)(2 * n > 0 ? 2 * n : 1) * sizeof *from);
-  if (from == NULL) {
-    peek_buf_fini(&p, 0);
-    return gang__error(GANG_NO_MEMORY, "lighthouse: %d joins to read", n);
-  }
-  int m = 0;
-  for (int j = 0; j < k; j++)
-    if (key_at(&p, j)[0] != '\0') {
-      if (m != j)
-        memcpy(key_at(&p, m), key_at(&p, j), GANG__LH_KEY_CAP);
-      from[m++] = j;
-    }
-  gang_status s = peek_keys(L, p.keys, m, p.vals, p.lens);
-  if (s != GANG_OK) {
-    free(from);
-    peek_buf_fini(&p, 0);
-    return s;
-  }
-  for (int j = m - 1; j >= 0; j--) { /* from[j] >= j: back to front */
-    if (from[j] == j)
-      continue;
-    memcpy(key_at(&p, from[j]), key_at(&p, j), GANG__LH_KEY_CAP);
-    p.vals[from[j]] = p.vals[j];
-    p.lens[from[j]] = p.lens[j];
-    p.vals[j] = NULL;
-    key_at(&p, j)[0] = '\0';
-  }
-  free(from);
-  for (int i = 0; i < n && s == GANG_OK; i++) {
-    int j = p.vals[2 * i] != NULL ? 2 * i : 2 * i + 1;
-    if (p.vals[j] != NULL)
-      s = take_join(L, i, key_at(&p, j), L->round - (j & 1), p.vals[j],
-                    p.lens[j], now);
-  }
-  peek_buf_fini(&p, k);
-  return s;
-}
-
 /* ---- Quorums --------------------------------------------------------------
  */
 
 static bool in_quorum(const gang__lh_quorum *q, const char *id) {
   return q != NULL && q->n > 0 &&
          bsearch(id, q->members, (size_t)q->n, sizeof *q->members,
-                 cmp_member_id) != NULL;
+                 gang__lh_cmp_member_id) != NULL;
 }
 
 /* Appends ", id" for each member of `a` not in `b`, as far as cap lets. */
@@ -663,6 +415,7 @@ static gang_status publish(gang_lighthouse *L, gang__lh_member *members,
   for (int i = 0; i < L->nreps; i++) {
     L->reps[i].joined = false;
     L->ext[i].bad_join = false;
+    L->ext[i].in_prev = gang__lh_in_prev(L, L->reps[i].member.replica_id);
   }
   return s;
 }
@@ -698,7 +451,7 @@ static void replica_events(gang_lighthouse *L, int64_t now, int64_t wall) {
   for (int i = 0; i < L->nreps; i++) {
     const gang__lh_replica *r = &L->reps[i];
     const gang__lh_status_rep *o = shown(s, i, r->member.replica_id);
-    bool was = o != NULL && o->healthy, is = healthy(L, i, now);
+    bool was = o != NULL && o->healthy, is = gang__lh_healthy(L, i, now);
     if (o == NULL && r->last_beat_ms != INT64_MIN)
       gang__lh_status_add_event(s, wall, "new", "%s is heartbeating",
                                 r->member.replica_id);
@@ -758,8 +511,8 @@ void gang__lh_publish_status(gang_lighthouse *L) {
     o->world_size = r->member.world_size;
     o->last_beat_ms = r->last_beat_ms;
     o->joined = r->joined;
-    o->in_quorum = in_prev(L, r->member.replica_id);
-    o->healthy = healthy(L, i, now);
+    o->in_quorum = L->ext[i].in_prev;
+    o->healthy = gang__lh_healthy(L, i, now);
   }
   s->nreps = L->nreps;
   s->quorum_id = L->quorum_id;
@@ -796,11 +549,20 @@ gang_status gang__lh_tick(gang_lighthouse *L) {
   GANG_CHECK(read_ids(L, now));
   now = gang__lh_now_ms();
   GANG_CHECK(read_suspects(L, now));
-  GANG_CHECK(read_beats(L, now));
+  /* Beyond GANG__LH_FAST_MAX replicas, counters are read every 1/20 of
+   * the heartbeat timeout rather than every tick: a death is seen that
+   * much later at most, and the tick does not grow with every replica's
+   * beats ten times a second. */
+  int64_t every = L->cfg.heartbeat_timeout_ms / 20;
+  if (L->nreps <= GANG__LH_FAST_MAX || every <= L->tick_ms ||
+      now - L->beats_read_ms >= every || L->beats_read_ms == 0) {
+    GANG_CHECK(gang__lh_read_beats(L, now));
+    L->beats_read_ms = now;
+  }
   GANG_CHECK(prune(L, now));
   GANG_CHECK(send_notices(L, now));
   GANG_CHECK(send_kills(L));
-  GANG_CHECK(read_joins(L, now));
+  GANG_CHECK(gang__lh_read_joins(L, now));
   gang_status s = decide(L, now);
   L->last_tick_ms = gang__lh_now_ms();
   return s;
@@ -808,10 +570,12 @@ gang_status gang__lh_tick(gang_lighthouse *L) {
 
 int gang__lh_fast_keys(gang_lighthouse *L, int64_t now, char **keys) {
   *keys = NULL;
+  if (L->prev.n > GANG__LH_FAST_MAX)
+    return 0;
   int k = 0, joined = 0;
   for (int m = 0; m < L->prev.n; m++) {
-    int i = find(L, L->prev.members[m].replica_id);
-    if (i < 0 || !healthy(L, i, now) || L->ext[i].bad_join)
+    int i = gang__lh_find(L, L->prev.members[m].replica_id);
+    if (i < 0 || !gang__lh_healthy(L, i, now) || L->ext[i].bad_join)
       return 0;
     joined += L->reps[i].joined;
   }
@@ -822,7 +586,7 @@ int gang__lh_fast_keys(gang_lighthouse *L, int64_t now, char **keys) {
     return 0;
   for (int m = 0; m < L->prev.n; m++) {
     const char *id = L->prev.members[m].replica_id;
-    if (!L->reps[find(L, id)].joined)
+    if (!L->reps[gang__lh_find(L, id)].joined)
       snprintf(*keys + (size_t)k++ * GANG__LH_KEY_CAP, GANG__LH_KEY_CAP,
                GANG__LH_KEY_JOIN, (long long)L->round, id);
   }

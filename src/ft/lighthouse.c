@@ -27,6 +27,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/options.h"
+#include "core/settings.h"
 #include "core/sock.h"
 #include "gang/store.h"
 #include "lh_impl.h"
@@ -161,6 +162,7 @@ static gang_status init_store(gang_lighthouse *L) {
 
 static void lh_free(gang_lighthouse *L) {
   gang__lh_http_stop(L->http);
+  gang__lh_beats_stop(L->beats);
   gang_store_close(L->st);
   gang_store_server_stop(L->srv);
   gang__lh_status_fini(&L->status);
@@ -260,6 +262,18 @@ gang_status gang_lighthouse_start(const gang_lighthouse_options *opts,
   self_addr(host, gang_store_server_port(L->srv), L->self, sizeof L->self);
   GANG_CHECK_GOTO(self_connect(L), st, fail);
   GANG_CHECK_GOTO(init_store(L), st, fail);
+  /* Heartbeats by datagram on the same address: without them (no UDP
+   * socket there), replicas beat over the store. */
+  int port_now = gang_store_server_port(L->srv);
+  if (gang__lh_beats_start(
+          host, port_now,
+          secret ? secret : gang__setting_str(GANG_SETTING_STORE_SECRET),
+          L->incarnation, &L->beats) != GANG_OK)
+    GANG_WARN(FT, "lighthouse: heartbeats by datagram are off: %s",
+              gang_last_error());
+  else
+    GANG_CHECK_GOTO(gang_store_set(L->st, GANG__LH_KEY_BEAT, "udp", 3), st,
+                    fail);
   gang__lh_status *s = &L->status;
   s->incarnation = L->incarnation;
   s->min_replicas = cfg.min_replicas;

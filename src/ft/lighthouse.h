@@ -206,7 +206,7 @@ void gang__lh_interrupt(gang__lh_client *c, const char *why);
  * request: long, since each wait that ends empty costs the lighthouse a
  * reply (1000 replicas at 500 ms were 2000 a second); the manager's
  * destruction interrupts it. */
-#define GANG__LH_NOTICE_WAIT_MS 10000
+#define GANG__LH_NOTICE_WAIT_MS 30000
 
 /* "host:port" of the lighthouse's store, for replica gangs' rendezvous
  * under rdzv/. */
