@@ -21,9 +21,11 @@
  *     lighthouse took to decide after the last join), and to the last
  *     group receiving it; the first round is a new quorum, the next ones
  *     the same members again;
- *   - the status page (GET /status and GET /, a new connection each, every
- *     200 ms throughout): time to the whole answer;
- *   - the heartbeats' round trips.
+ *   - the status page (GET /status and GET /, a new connection each, in
+ *     turn every 500 ms: each once a second, as the page itself asks):
+ *     time to the whole answer, in steady state and while the groups join;
+ *   - how long a heartbeat call takes (most send a datagram; one in 100 is
+ *     answered over the store).
  *
  * The targets it prints are those of docs/performance.md ("The lighthouse
  * at scale"): at most 5 % of a core, a quorum within one tick of the last
@@ -549,7 +551,7 @@ int main(int argc, char **argv) {
          100 * steady, (s1 - s0) / 1e9, names);
   printf("rounds: %.2f %% of a core over %.1f s\n",
          rounds_s > 0 ? 100 * rounds_cpu / rounds_s : 0, rounds_s);
-  printf("heartbeats: %d in steady state, round trip p50 %.0f us, p99 %.0f "
+  printf("heartbeats: %d in steady state, a call p50 %.0f us, p99 %.0f "
          "us; %ld late by a period, %ld errors\n",
          beat_rtt.n, b50, b99, late, atomic_load(&beat_errors));
   printf("status page, steady: /status p50 %.1f ms, max %.1f ms (%d); / p50 "

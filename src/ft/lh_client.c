@@ -21,6 +21,7 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/hostport.h"
+#include "core/log.h"
 #include "core/settings.h"
 #include "core/sock.h"
 #include "gang/store.h"
@@ -37,6 +38,9 @@ struct gang__lh_client {
   char registered[GANG_LH_ID_MAX]; /* the id this client put in lh/ids */
   int64_t answered;                /* the counter in the last answered beat */
   int quiet_beats;                 /* beats sent since, unanswered */
+  int store_adds;                  /* ... of them adds to the store */
+  bool udp_ok;         /* the lighthouse counted this client's datagrams */
+  int udp_probes;      /* answered beats that found them not counted yet */
   int udp;             /* connected to the lighthouse's beat socket; -1: none */
   gang__auth_key *key; /* tags datagrams; NULL: none */
 };
@@ -176,43 +180,76 @@ static gang_status check_client_id(const gang__lh_client *c, const char *id,
   return GANG_OK;
 }
 
-/* A beat that is not answered: a datagram when the lighthouse takes
- * them, else an add the store does not answer. */
-static gang_status quiet_beat(gang__lh_client *c, const char *key,
-                              const char *id) {
-  if (c->udp >= 0) {
-    /* A datagram says nothing of a lighthouse that went away: its
-     * store connection does. */
-    GANG_CHECK(gang__store_probe(c->st));
-    uint8_t buf[GANG__LH_BEAT_CAP];
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t seq = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-    size_t n =
-        gang__lh_beat_encode(buf, sizeof buf, c->incarnation, seq, id, c->key);
-    ssize_t w = n > 0 ? send(c->udp, buf, n, MSG_DONTWAIT | MSG_NOSIGNAL) : -1;
-    if (w == (ssize_t)n || (n > 0 && (errno == EAGAIN || errno == EINTR)))
-      return GANG_OK; /* sent, or lost as the network may lose it */
-    /* Refused (no beat socket there any more) or no datagram at all: over
-     * the store from now on. */
+/* Sends a beat datagram; false when datagrams cannot go (refused: no
+ * beat socket there any more), and the client then beats over the store
+ * from now on. */
+static bool send_datagram(gang__lh_client *c, const char *id) {
+  uint8_t buf[GANG__LH_BEAT_CAP];
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  uint64_t seq = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+  size_t n =
+      gang__lh_beat_encode(buf, sizeof buf, c->incarnation, seq, id, c->key);
+  ssize_t w = n > 0 ? send(c->udp, buf, n, MSG_DONTWAIT | MSG_NOSIGNAL) : -1;
+  if (w == (ssize_t)n || (n > 0 && (errno == EAGAIN || errno == EINTR)))
+    return true; /* sent, or lost as the network may lose it */
+  close(c->udp);
+  c->udp = -1;
+  return false;
+}
+
+/* After an answered beat while datagrams are unconfirmed: the lighthouse
+ * writes lh/udp/<id> once it has counted one. Without it after
+ * GANG__LH_UDP_PROBES answered beats, they do not get through (a firewall
+ * that drops UDP says nothing): over the store from now on. */
+static gang_status check_datagrams(gang__lh_client *c, const char *id) {
+  char key[GANG__LH_KEY_CAP];
+  snprintf(key, sizeof key, GANG__LH_KEY_UDP, id);
+  void *v = NULL;
+  size_t n = 0;
+  gang_status s = get_within(c, key, 0, &v, &n);
+  gang_store_free(v);
+  if (s == GANG_OK) {
+    c->udp_ok = true;
+    return GANG_OK;
+  }
+  if (s != GANG_TIMEOUT)
+    return s;
+  if (++c->udp_probes >= GANG__LH_UDP_PROBES) {
+    GANG_INFO(FT,
+              "lighthouse %s: its heartbeat datagrams do not arrive: '%s' "
+              "beats over the store",
+              c->addr, id);
     close(c->udp);
     c->udp = -1;
   }
-  return gang__store_add_quiet(c->st, key, 1);
+  return GANG_OK;
 }
 
 /* A heartbeat; `answered` asks for the lighthouse's answer, which also
- * registers the id again if the lighthouse forgot it. */
+ * registers the id again if the lighthouse forgot it. Most beats are not
+ * answered (an answer costs the lighthouse as much again as the beat: it
+ * wakes the replica, and 1000 replicas beat 10000 times a second): they
+ * are datagrams when the lighthouse takes them (one answered beat in 5
+ * until they are seen to arrive, one in 100 after), else adds the store
+ * does not answer. */
 static gang_status beat(gang__lh_client *c, const char *id, bool answered) {
   GANG_CHECK(check_client_id(c, id, "gang__lh_heartbeat"));
   char key[GANG__LH_KEY_CAP];
   snprintf(key, sizeof key, GANG__LH_KEY_HB, id);
   bool known = strcmp(c->registered, id) == 0;
-  if (!answered && known && c->quiet_beats < GANG__LH_QUIET_BEATS) {
-    /* Most beats are not answered: an answer costs the lighthouse as much
-     * again as the beat (waking the replica), and 1000 replicas beat
-     * 10000 times a second. */
-    gang_status s = quiet_beat(c, key, id);
+  int quiet =
+      c->udp >= 0 && !c->udp_ok ? GANG__LH_PROBE_BEATS : GANG__LH_QUIET_BEATS;
+  if (!answered && known && c->quiet_beats < quiet) {
+    gang_status s = GANG_OK;
+    /* A datagram says nothing of a lighthouse that went away: its store
+     * connection does. */
+    if (c->udp >= 0)
+      s = gang__store_probe(c->st);
+    if (s == GANG_OK && (c->udp < 0 || !send_datagram(c, id))) {
+      s = gang__store_add_quiet(c->st, key, 1);
+      c->store_adds++;
+    }
     if (s != GANG_OK)
       return gang__error_wrap(s, "lighthouse %s: heartbeat of '%s'", c->addr,
                               id);
@@ -221,14 +258,16 @@ static gang_status beat(gang__lh_client *c, const char *id, bool answered) {
   }
   int64_t beats = 0;
   gang_status s = gang_store_add(c->st, key, 1, &beats);
-  /* The counter grows by at least this client's beats while the
-   * lighthouse knows the id: one that is lower started again, because the
-   * lighthouse forgot a long-silent id (and deleted its counter). Either
-   * way the id is registered (again). */
-  bool reset = beats < c->answered + c->quiet_beats + 1;
+  /* The store's counter grows by at least this client's beats that went
+   * to it while the lighthouse knows the id: one that is lower started
+   * again, because the lighthouse forgot a long-silent id (and deleted its
+   * counter). Either way the id is registered (again). */
+  bool reset = beats < c->answered + c->store_adds + 1;
+  bool sent_datagrams = c->quiet_beats > c->store_adds;
   if (s == GANG_OK) {
     c->answered = beats;
     c->quiet_beats = 0;
+    c->store_adds = 0;
   }
   if (s == GANG_OK && (reset || !known)) {
     char line[GANG_LH_ID_MAX + 1];
@@ -237,6 +276,8 @@ static gang_status beat(gang__lh_client *c, const char *id, bool answered) {
     if (s == GANG_OK)
       snprintf(c->registered, sizeof c->registered, "%s", id);
   }
+  if (s == GANG_OK && c->udp >= 0 && !c->udp_ok && sent_datagrams)
+    s = check_datagrams(c, id);
   if (s != GANG_OK)
     return gang__error_wrap(s, "lighthouse %s: heartbeat of '%s'", c->addr, id);
   return GANG_OK;

@@ -29,6 +29,9 @@
 #define GANG__LH_KEY_ROUND "lh/round"
 /* "udp" when the lighthouse counts heartbeat datagrams (lh_beats.c). */
 #define GANG__LH_KEY_BEAT "lh/beat"
+/* Written once by the lighthouse when it has counted a datagram of the
+ * replica: the client's datagrams get through. */
+#define GANG__LH_KEY_UDP "lh/udp/%s"
 #define GANG__LH_KEY_HB_PREFIX "lh/hb/"
 #define GANG__LH_KEY_HB GANG__LH_KEY_HB_PREFIX "%s"
 /* Added to a heartbeat counter by a replica that leaves: a negative
@@ -43,6 +46,12 @@
  * the lighthouse forgot its id; a lighthouse that closed the connection
  * is seen at the next beat anyway. */
 #define GANG__LH_QUIET_BEATS 99
+/* Until a client's datagrams are seen to arrive (lh/udp/<id>), one beat in
+ * 5 is answered, and after that many answered beats without them, the
+ * client beats over the store: 1.5 s at 100 ms, a third of the default
+ * heartbeat timeout, so that a network that drops UDP costs no replica. */
+#define GANG__LH_PROBE_BEATS 4
+#define GANG__LH_UDP_PROBES 3
 /* Room for any of them with a valid id. */
 #define GANG__LH_KEY_CAP (GANG_LH_ID_MAX + 64)
 
@@ -173,7 +182,8 @@ typedef struct gang__lh_extra {
   int64_t join_round; /* the round of the join it is joined with */
   int64_t suspect_ms; /* a peer reported it lost then (0: none) */
   int64_t suspect_beats; /* ... when its counter read this */
-  bool in_prev; /* a member of the last quorum (set when either changes) */
+  bool in_prev;  /* a member of the last quorum (set when either changes) */
+  bool udp_seen; /* lh/udp/<id> written */
 } gang__lh_extra;
 
 struct gang_lighthouse {

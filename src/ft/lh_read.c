@@ -175,9 +175,18 @@ gang_status gang__lh_read_beats(gang_lighthouse *L, int64_t now) {
     }
     note_beats(L, i, beats, now);
   }
+  /* Tell each replica, once, that its datagrams arrive (lh_client.c). */
+  for (int i = 0; i < n && s == GANG_OK; i++) {
+    if (udp[i] == 0 || L->ext[i].udp_seen)
+      continue;
+    char key[GANG__LH_KEY_CAP];
+    snprintf(key, sizeof key, GANG__LH_KEY_UDP, L->reps[i].member.replica_id);
+    s = gang_store_set(L->st, key, "1", 1);
+    L->ext[i].udp_seen = s == GANG_OK;
+  }
   free(udp);
   peek_buf_fini(&p, n);
-  return GANG_OK;
+  return s;
 }
 
 /* Replica i's join record (under `key`, of round `round`) as read. */

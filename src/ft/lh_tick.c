@@ -200,6 +200,8 @@ static gang_status prune(gang_lighthouse *L, int64_t now) {
       continue;
     snprintf(key, sizeof key, GANG__LH_KEY_HB, L->reps[i].member.replica_id);
     GANG_CHECK(gang_store_delete(L->st, key, NULL));
+    snprintf(key, sizeof key, GANG__LH_KEY_UDP, L->reps[i].member.replica_id);
+    GANG_CHECK(gang_store_delete(L->st, key, NULL));
     GANG_INFO(FT,
               "lighthouse: replica '%s' silent for %" PRId64 " ms: "
               "forgotten",
