@@ -184,8 +184,8 @@ int main(int argc, char **argv) {
         static char dg[64][64];
         for (int k = 0; k < 64; k++) {
           io[k] = (struct iovec){dg[k], sizeof dg[k]};
-          m[k] = (struct mmsghdr){.msg_hdr = {.msg_iov = &io[k],
-                                              .msg_iovlen = 1}};
+          m[k] =
+              (struct mmsghdr){.msg_hdr = {.msg_iov = &io[k], .msg_iovlen = 1}};
         }
         int got;
         while ((got = recvmmsg(fd, m, 64, MSG_DONTWAIT, NULL)) > 0)
