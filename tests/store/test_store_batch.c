@@ -16,24 +16,7 @@
 #include "gang/store.h"
 #include "store/server.h"
 
-static gang_store_server *start_server(void) {
-  gang_store_server_options o = GANG_STORE_SERVER_OPTIONS_INIT;
-  o.secret = "";
-  gang_store_server *srv = NULL;
-  assert_gang_ok(gang_store_server_start(&o, &srv));
-  return srv;
-}
-
-static gang_store *connect_to(gang_store_server *srv, int64_t timeout_ms) {
-  char addr[64];
-  snprintf(addr, sizeof addr, "127.0.0.1:%d", gang_store_server_port(srv));
-  gang_store_options o = GANG_STORE_OPTIONS_INIT;
-  o.timeout_ms = timeout_ms;
-  o.secret = "";
-  gang_store *st = NULL;
-  assert_gang_ok(gang_store_connect(addr, &o, &st));
-  return st;
-}
+#include "live.h"
 
 /* Peeks keys "k<i>" for i in 0..n; i is present when present(i). */
 static void check_peek(gang_store *st, int n, bool (*present)(int)) {
@@ -84,7 +67,7 @@ static void test_peek(void **state) {
   (void)state;
   gang_store_server *srv = start_server();
   /* A long deadline: peek must not use it. */
-  gang_store *st = connect_to(srv, 30000);
+  gang_store *st = connect_to(srv, NULL, 30000);
   check_peek(st, 1, none);
   set_every_third(st, 1200);
   check_peek(st, 1200, every_third);
@@ -126,8 +109,8 @@ static void test_add_quiet(void **state) {
   (void)state;
   gang_store_server *srv = start_server();
   assert_gang_ok(gang__store_server_watch(srv, "hb/", "departed"));
-  gang_store *st = connect_to(srv, 5000);
-  gang_store *other = connect_to(srv, 5000);
+  gang_store *st = connect_to(srv, NULL, 5000);
+  gang_store *other = connect_to(srv, NULL, 5000);
   for (int i = 0; i < 1000; i++)
     assert_gang_ok(gang__store_add_quiet(st, "hb/a", 1));
   /* The next answered call on the same connection gets its own answer:
@@ -171,7 +154,7 @@ typedef struct waiter {
 
 static void *wait_main(void *arg) {
   waiter *w = arg;
-  gang_store *st = connect_to(w->srv, w->timeout_ms);
+  gang_store *st = connect_to(w->srv, NULL, w->timeout_ms);
   void *v = NULL;
   size_t n = 0;
   int64_t t0 = gang__now_ns();
@@ -192,7 +175,7 @@ static void test_parked_deadlines(void **state) {
     assert_int_equal(pthread_create(&t[i], NULL, wait_main, &w[i]), 0);
   }
   /* One that is answered in between leaves the others in place. */
-  gang_store *st = connect_to(srv, 5000);
+  gang_store *st = connect_to(srv, NULL, 5000);
   void *v = NULL;
   size_t n = 0;
   assert_gang_ok(gang_store_set(st, "soon", "x", 1));

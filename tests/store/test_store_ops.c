@@ -8,34 +8,13 @@
 #include <time.h>
 
 #include "harness/harness.h"
+#include "live.h"
 #include "raw.h"
 
 #include "core/clock.h"
 #include "gang/store.h"
 #include "store/server.h"
 #include "store/server_impl.h"
-
-static gang_store_server *start_server(void) {
-  gang_store_server_options o = GANG_STORE_SERVER_OPTIONS_INIT;
-  o.secret = "";
-  gang_store_server *srv = NULL;
-  assert_gang_ok(gang_store_server_start(&o, &srv));
-  assert_true(gang_store_server_port(srv) > 0);
-  return srv;
-}
-
-static gang_store *connect_to(gang_store_server *srv, const char *suffix,
-                              int64_t timeout_ms) {
-  char addr[128];
-  snprintf(addr, sizeof addr, "127.0.0.1:%d%s", gang_store_server_port(srv),
-           suffix ? suffix : "");
-  gang_store_options o = GANG_STORE_OPTIONS_INIT;
-  o.timeout_ms = timeout_ms;
-  o.secret = "";
-  gang_store *st = NULL;
-  assert_gang_ok(gang_store_connect(addr, &o, &st));
-  return st;
-}
 
 static void expect_val(gang_store *st, const char *key, const char *want) {
   void *v = NULL;
