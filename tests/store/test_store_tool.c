@@ -19,6 +19,12 @@
 
 static char *tool;
 
+/* The serve child of the running test, if any: the teardown kills it when
+ * a check failed midway, so that no server outlives its test (it would hold
+ * the test runner's output pipe open). */
+static pid_t live_pid = -1;
+static int live_out = -1;
+
 /* A `gang-store serve` child with its stdout on a pipe. */
 typedef struct server {
   pid_t pid;
@@ -39,6 +45,8 @@ static void serve_start(server *s, char *const extra[], char *const envp[]) {
   fflush(stderr);
   s->pid = fork();
   assert_true(s->pid >= 0);
+  if (s->pid > 0)
+    live_pid = s->pid;
   if (s->pid == 0) {
     dup2(p[1], 1);
     for (int i = 0; envp && envp[i]; i++)
@@ -48,6 +56,7 @@ static void serve_start(server *s, char *const extra[], char *const envp[]) {
   }
   close(p[1]);
   s->out = p[0];
+  live_out = p[0];
   /* The first line is the port; wait for it under a deadline. */
   char line[32];
   size_t got = 0;
@@ -71,6 +80,7 @@ static void serve_start(server *s, char *const extra[], char *const envp[]) {
 
 /* Stops it with `sig` and checks that it exits 0 within 10 s. */
 static void serve_stop(server *s, int sig) {
+  live_pid = -1;
   assert_int_equal(kill(s->pid, sig), 0);
   int status = 0;
   int64_t deadline = gang__now_ns() + 10 * 1000000000LL;
@@ -128,8 +138,12 @@ static void expect(int code, const char *want_out, char *const envp[], ...) {
     char cmd[512] = "";
     for (int i = 1; argv[i]; i++)
       snprintf(cmd + strlen(cmd), sizeof cmd - strlen(cmd), " %s", argv[i]);
-    fail_msg("gang-store%s: status %d, wanted exit %d with '%s'; output:\n%s",
+    static char msg[8192];
+    snprintf(msg, sizeof msg,
+             "gang-store%s: status %d, wanted exit %d with '%s'; output:\n%s",
              cmd, st, code, want_out ? want_out : "", output);
+    free(output);
+    fail_msg("%s", msg);
   }
   free(output);
 }
@@ -155,7 +169,9 @@ static void test_serve_and_client(void **state) {
   expect(0, "all present", env, "check", s.addr, "greeting", "ctr", NULL);
   expect(1, "missing: nope", env, "check", s.addr, "greeting", "nope", NULL);
   expect(0, "all present", env, "wait", s.addr, "greeting", "job1/n", NULL);
-  expect(1, "'nope'", env, "wait", "--timeout", "200ms", s.addr, "greeting",
+  /* Short timeouts, yet long enough for the hello of a sanitized server on
+   * a busy machine: the timeout bounds the connection too. */
+  expect(1, "'nope'", env, "wait", "--timeout", "1500ms", s.addr, "greeting",
          "nope", NULL);
   /* A longer wait says what it waits for. */
   char *out;
@@ -166,7 +182,8 @@ static void test_serve_and_client(void **state) {
       strstr(out, "still missing: 'nope'") == NULL)
     fail_msg("wait for a missing key: output:\n%s", out);
   free(out);
-  expect(1, "deadline", env, "get", s.addr, "nope", "--timeout", "200ms", NULL);
+  expect(1, "deadline", env, "get", s.addr, "nope", "--timeout", "1500ms",
+         NULL);
   expect(1, "not a decimal integer", env, "add", s.addr, "greeting", NULL);
   expect(0, "deleted", env, "delete", s.addr, "greeting", NULL);
   expect(0, "absent", env, "delete", s.addr, "greeting", NULL);
@@ -337,12 +354,26 @@ static void test_bench_embedded(void **state) {
   }
 }
 
+static int kill_live_server(void **state) {
+  if (live_pid > 0) {
+    kill(live_pid, SIGKILL);
+    waitpid(live_pid, NULL, 0);
+    live_pid = -1;
+    close(live_out);
+  }
+  return gt_leak_teardown(state);
+}
+
 int main(void) {
   tool = gt_tool_path("gang-store");
   const struct CMUnitTest tests[] = {
-      GT_TEST(test_serve_and_client),  GT_TEST(test_nothing_listens),
-      GT_TEST(test_unresolvable_host), GT_TEST(test_file_addr),
-      GT_TEST(test_usage_errors),      GT_TEST(test_bench_embedded),
+      cmocka_unit_test_setup_teardown(test_serve_and_client, gt_leak_setup,
+                                      kill_live_server),
+      GT_TEST(test_nothing_listens),
+      GT_TEST(test_unresolvable_host),
+      GT_TEST(test_file_addr),
+      GT_TEST(test_usage_errors),
+      GT_TEST(test_bench_embedded),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   free(tool);
