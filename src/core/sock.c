@@ -240,6 +240,11 @@ gang_status gang__sock_read_some(int fd, void *buf, size_t n, int64_t deadline,
   }
 }
 
+gang_status gang__sock_wait_readable(int fd, int64_t deadline, int abort_fd,
+                                     const char *peer) {
+  return wait_fd(fd, POLLIN, deadline, abort_fd, peer, "read from");
+}
+
 gang_status gang__sock_read_full(int fd, void *buf, size_t n, int64_t deadline,
                                  int abort_fd, const char *peer) {
   uint8_t *p = buf;

@@ -60,6 +60,13 @@ gang_status gang__sock_read_full(int fd, void *buf, size_t n, int64_t deadline,
 gang_status gang__sock_read_some(int fd, void *buf, size_t n, int64_t deadline,
                                  int abort_fd, const char *peer, size_t *got);
 
+/* Waits until fd is readable (data, EOF or an error to read) by the
+ * deadline: for a caller that knows nothing has arrived yet, one poll
+ * instead of a read that fails with EAGAIN first. Same errors as
+ * gang__sock_read_full, but never GANG_PEER_LOST (the read after says). */
+gang_status gang__sock_wait_readable(int fd, int64_t deadline, int abort_fd,
+                                     const char *peer);
+
 /* Writes exactly n bytes (MSG_NOSIGNAL: a closed peer is GANG_PEER_LOST, not
  * SIGPIPE). Same errors as gang__sock_read_full. */
 gang_status gang__sock_write_full(int fd, const void *buf, size_t n,

@@ -4,12 +4,14 @@
  * until it has been compared with both the caps and the bytes present. */
 #include "proto.h"
 
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/bytes.h"
+#include "core/config.h"
 #include "core/error.h"
 
 uint32_t gang__store_frame_cap(uint32_t max_key, uint32_t max_value) {
@@ -523,4 +525,20 @@ gang_status gang__store_rep_decode(uint8_t op, uint32_t nkeys, uint8_t rc,
   if (st != GANG_OK)
     gang__store_rep_fini(r);
   return st;
+}
+
+gang_status gang__store_spin_ns(int64_t *ns) {
+  int64_t us = 0;
+  *ns = 0;
+  GANG_CHECK(gang__setting_int(GANG_SETTING_STORE_SPIN_US, &us));
+  if (us < 0 || us > 1000000)
+    return gang__error(GANG_INVALID_ARGUMENT,
+                       "GANG_STORE_SPIN_US=%lld: must be 0..1000000 "
+                       "(microseconds)",
+                       (long long)us);
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) < 2)
+    return GANG_OK;
+  *ns = us * 1000;
+  return GANG_OK;
 }

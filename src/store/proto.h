@@ -239,4 +239,12 @@ void gang__store_rep_fini(gang__store_rep *r);
 /* Names for logs and errors ("get", "multi_set", "unknown"). */
 const char *gang__store_op_name(uint8_t op);
 
+/* How long a client spins for its reply, and the server for its next
+ * request, before sleeping (GANG_STORE_SPIN_US), in ns: 0 when the setting
+ * is 0 or the process may run on one CPU only (a spin there only delays
+ * the peer it waits for). After a spin that ends empty, the next
+ * GANG__STORE_SPIN_SKIP waits do not spin. */
+gang_status gang__store_spin_ns(int64_t *ns);
+#define GANG__STORE_SPIN_SKIP 32
+
 #endif

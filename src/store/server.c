@@ -181,10 +181,9 @@ static void take_up_retire(gang_store_server *s) {
  * and answered nothing: nobody waits on such a pass (the lighthouse's
  * own tick, which asks its store a thousand things in a row after each
  * quorum, never sleeps behind it). */
-static void coalesce(gang_store_server *s, int n, int64_t now, bool stop) {
+static void coalesce(gang_store_server *s, int n, int64_t now, bool stop,
+                     bool replied) {
   int us = atomic_load_explicit(&s->coalesce_us, memory_order_relaxed);
-  bool replied = s->replied > 0;
-  s->replied = 0;
   if (us <= 0 || n <= 0)
     return;
   s->rate_events += n;
@@ -203,17 +202,46 @@ void gang__store_server_coalesce(gang_store_server *srv, int us) {
                           memory_order_relaxed);
 }
 
+/* The timeout of the next epoll_wait: 0 while a spin window is open (the
+ * client that was just answered is likely to ask again within
+ * microseconds, and a sleeping thread's wakeup costs more than that). A
+ * window that ended with no event turns spinning off for the next
+ * GANG__STORE_SPIN_SKIP answering passes. Never while coalescing. */
+static int wait_ms(gang_store_server *s) {
+  int64_t now = gang__now_ns();
+  int ms = next_timeout_ms(s, now);
+  if (s->spin_until == 0 || ms == 0)
+    return ms;
+  if (now < s->spin_until)
+    return 0;
+  s->spin_until = 0;
+  s->spin_skip = GANG__STORE_SPIN_SKIP;
+  return ms;
+}
+
+static void arm_spin(gang_store_server *s, bool replied) {
+  if (!replied || s->spin_ns == 0 ||
+      atomic_load_explicit(&s->coalesce_us, memory_order_relaxed) > 0)
+    return;
+  if (s->spin_skip > 0)
+    s->spin_skip--;
+  else
+    s->spin_until = gang__now_ns() + s->spin_ns;
+}
+
 static void *server_main(void *arg) {
   gang_store_server *s = arg;
   pthread_setname_np(pthread_self(), "gang-store"); /* for top -H, perf */
   struct epoll_event evs[256];
   bool stop = false;
   while (!stop) {
-    int n = epoll_wait(s->epfd, evs, 256, next_timeout_ms(s, gang__now_ns()));
+    int n = epoll_wait(s->epfd, evs, 256, wait_ms(s));
     if (n < 0 && errno != EINTR) {
       GANG_WARN(STORE, "store server: epoll_wait: %s", strerror(errno));
       break;
     }
+    if (n > 0)
+      s->spin_until = 0; /* the window paid off; an answer opens the next */
     int64_t now = gang__now_ns();
     for (int i = 0; i < n; i++) {
       void *p = evs[i].data.ptr;
@@ -266,7 +294,10 @@ static void *server_main(void *arg) {
       SLIST_REMOVE_HEAD(&keep, dead_link);
       SLIST_INSERT_HEAD(&s->dead, c, dead_link);
     }
-    coalesce(s, n, now, stop);
+    bool replied = s->replied > 0;
+    s->replied = 0;
+    coalesce(s, n, now, stop, replied);
+    arm_spin(s, replied);
     if (s->retired && (s->nconns == 0 || (s->retire_by != GANG_DEADLINE_NONE &&
                                           gang__now_ns() >= s->retire_by)))
       stop = true;
@@ -418,6 +449,7 @@ gang_status gang_store_server_start(const gang_store_server_options *opts,
                      total);
     goto fail;
   }
+  GANG_CHECK_GOTO(gang__store_spin_ns(&s->spin_ns), st, fail);
   s->hs_timeout_ms = OPT(opts, handshake_timeout_ms);
   if (s->hs_timeout_ms == 0)
     GANG_CHECK_GOTO(gang__setting_int(GANG_SETTING_STORE_HANDSHAKE_TIMEOUT,

@@ -92,6 +92,12 @@ struct gang_store_server {
   int rate_events;
   bool busy;   /* the last window was over GANG__STORE_BUSY_RATE */
   int replied; /* requests taken up this pass that get an answer */
+  /* Spinning for the next request after an answer (GANG_STORE_SPIN_US):
+   * epoll_wait polls without sleeping until spin_until (0: not spinning);
+   * a window that ends empty skips the next spin_skip answers. */
+  int64_t spin_ns;
+  int64_t spin_until;
+  int spin_skip;
   /* gang__store_server_retire: the owner gave the server up; it stops by
    * itself (and frees itself) once it has no client, or at retire_by. */
   atomic_bool retire;

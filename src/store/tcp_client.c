@@ -16,6 +16,7 @@
  * status and a detail naming the first failure. No silent reconnect: a
  * request may or may not have been applied, and only the caller can know
  * whether repeating it is safe. Open a new handle to continue. */
+#include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
 #include <pthread.h>
@@ -91,6 +92,88 @@ static int64_t remaining_ms(int64_t deadline) {
   return left <= 0 ? 0 : (left + 999999) / 1000000;
 }
 
+/* Reads whatever has arrived, without blocking: GANG_OK with *got > 0,
+ * GANG_IN_PROGRESS when nothing has. */
+static gang_status recv_now(tcp_client *c, size_t room, size_t *got) {
+  for (;;) {
+    ssize_t r = recv(c->fd, c->in.p + c->in.len, room, MSG_DONTWAIT);
+    if (r > 0) {
+      *got = (size_t)r;
+      return GANG_OK;
+    }
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return GANG_IN_PROGRESS;
+    return GANG_SYSTEM; /* the blocking read below says what it was */
+  }
+}
+
+/* Receives one reply frame into c->in (header, then body), reading as
+ * much as has arrived at each step: a short reply is one recv. The server
+ * answers a request with one frame and sends nothing unasked, so bytes
+ * beyond the frame are a protocol error. Before blocking, it spins up to
+ * c->spin_ns on non-blocking reads: a store on another core answers in a
+ * few microseconds, and a blocked thread's wakeup costs more than that
+ * (docs/store-benchmark.md). A spin that ends empty turns spinning off
+ * for the next GANG__STORE_SPIN_SKIP calls, so a busy or oversubscribed
+ * machine pays for one spin in that many. *len is the frame's length
+ * field (rc byte + body). */
+static gang_status read_reply(tcp_client *c, const char *name, int64_t deadline,
+                              uint32_t *len) {
+  c->in.len = 0;
+  size_t want = GANG_STORE_FRAME_HDR; /* until the header says more */
+  GANG_CHECK(gang__store_buf_reserve(&c->in, 4096));
+  bool spin = c->spin_ns > 0 && c->spin_skip == 0;
+  if (c->spin_skip > 0)
+    c->spin_skip--;
+  int64_t spin_end = spin ? gang__now_ns() + c->spin_ns : 0;
+  bool have_len = false;
+  while (c->in.len < want) {
+    size_t room = c->in.cap - c->in.len;
+    size_t got = 0;
+    gang_status s = GANG_IN_PROGRESS;
+    if (spin) {
+      while ((s = recv_now(c, room, &got)) == GANG_IN_PROGRESS &&
+             gang__now_ns() < spin_end)
+        ;
+      if (s == GANG_IN_PROGRESS) {
+        spin = false;
+        c->spin_skip = GANG__STORE_SPIN_SKIP;
+      }
+    }
+    if (s != GANG_OK) {
+      /* Nothing yet: sleep until something comes, then read it. */
+      if (c->in.len == 0)
+        GANG_CHECK(gang__sock_wait_readable(c->fd, deadline, -1, c->peer));
+      GANG_CHECK(gang__sock_read_some(c->fd, c->in.p + c->in.len, room,
+                                      deadline, -1, c->peer, &got));
+    }
+    c->in.len += got;
+    if (!have_len && c->in.len >= GANG_STORE_FRAME_HDR) {
+      *len = gang__get_u32(c->in.p);
+      if (*len < 1 || *len > c->caps.max_frame)
+        return gang__error(GANG_PROTOCOL,
+                           "store %s: reply frame of %u bytes from %s (cap %u)",
+                           name, *len, c->peer, c->caps.max_frame);
+      want = 4 + (size_t)*len;
+      have_len = true;
+    }
+    if (c->in.len > want)
+      return gang__error(GANG_PROTOCOL,
+                         "store %s: %zu bytes from %s beyond its reply", name,
+                         c->in.len - want, c->peer);
+    /* Grow with the bytes that arrive, not with the announced length. */
+    if (c->in.len < want && c->in.cap == c->in.len) {
+      size_t chunk = want - c->in.len;
+      if (chunk > (1u << 20))
+        chunk = 1u << 20;
+      GANG_CHECK(gang__store_buf_reserve(&c->in, chunk));
+    }
+  }
+  return GANG_OK;
+}
+
 /* Sends req and receives its reply into *rep (pointing into c->in) by
  * `deadline`, or for a waiting request (get, wait, multi_get: the server
  * answers those at the deadline) by deadline + grace. */
@@ -113,9 +196,9 @@ static gang_status call(gang_store *st, gang__store_req *req, int64_t deadline,
                             : deadline + REPLY_GRACE_MS * 1000000LL;
   gang_status s = gang__sock_write_full(c->fd, c->out.p, c->out.len,
                                         io_deadline, -1, c->peer);
-  uint8_t hdr[GANG_STORE_FRAME_HDR];
+  uint32_t len = 0;
   if (s == GANG_OK)
-    s = gang__sock_read_full(c->fd, hdr, sizeof hdr, io_deadline, -1, c->peer);
+    s = read_reply(c, name, io_deadline, &len);
   if (s != GANG_OK) {
     if (s == GANG_PEER_LOST)
       gang__error(s, "store %s: store server %s closed the connection", name,
@@ -132,34 +215,10 @@ static gang_status call(gang_store *st, gang__store_req *req, int64_t deadline,
                   name, c->peer, req->timeout_ms);
     return break_conn(c, s);
   }
-  uint32_t len = gang__get_u32(hdr);
-  uint8_t rc = hdr[4];
-  if (len < 1 || len > c->caps.max_frame)
-    return break_conn(c, gang__error(GANG_PROTOCOL,
-                                     "store %s: reply frame of %u bytes from "
-                                     "%s (cap %u)",
-                                     name, len, c->peer, c->caps.max_frame));
-  /* Grow with the bytes that arrive, not with the announced length. */
+  uint8_t rc = c->in.p[4];
   size_t body = len - 1;
-  c->in.len = 0;
-  while (c->in.len < body) {
-    size_t chunk = body - c->in.len;
-    if (chunk > (1u << 20) && c->in.cap - c->in.len < chunk)
-      chunk = c->in.cap - c->in.len > 0 ? c->in.cap - c->in.len : (1u << 20);
-    if (gang__store_buf_reserve(&c->in, chunk) != GANG_OK)
-      return break_conn(c, GANG_NO_MEMORY);
-    size_t got;
-    s = gang__sock_read_some(c->fd, c->in.p + c->in.len, chunk, io_deadline, -1,
-                             c->peer, &got);
-    if (s != GANG_OK) {
-      if (s == GANG_PEER_LOST)
-        gang__error(s, "store %s: store server %s closed the connection", name,
-                    c->peer);
-      return break_conn(c, s);
-    }
-    c->in.len += got;
-  }
-  s = gang__store_rep_decode(req->op, req->nkeys, rc, c->in.p, body, &c->caps,
+  s = gang__store_rep_decode(req->op, req->nkeys, rc,
+                             c->in.p + GANG_STORE_FRAME_HDR, body, &c->caps,
                              rep);
   if (s != GANG_OK)
     return break_conn(c, gang__error_wrap(s, "reply from %s", c->peer));

@@ -127,11 +127,14 @@ gang_status gang__tcp_open(const gang__store_target *at,
   if (*secret == '\0')
     secret = NULL;
 
+  int64_t spin_ns;
+  GANG_CHECK(gang__store_spin_ns(&spin_ns));
   tcp_client *c = calloc(1, sizeof *c);
   if (c == NULL)
     return gang__error(GANG_NO_MEMORY, "store connect: no memory");
   pthread_mutex_init(&c->fd_mu, NULL);
   c->fd = -1;
+  c->spin_ns = spin_ns;
   gang__sock_peer_name(host, port, c->peer, sizeof c->peer);
 
   int64_t start = gang__now_ns();
