@@ -11,6 +11,8 @@ to the moment the last one finishes) and the p50/p99 latency of single ops.
        timed region ends with one round trip per client, so ops/s counts
        sets the server has applied)
   get: each client gets its own key (set beforehand)
+  wait: each client waits for its own key (set beforehand): one round
+       trip that returns at once
   add: every client adds 1 to the shared key "bench/ctr" (checked at the
        end: it must equal the total op count)
 
@@ -20,7 +22,7 @@ threads spread over --procs worker processes, so that Python's GIL (held
 between calls) is not the only thing measured. Prints one JSON line in the
 format of `gang-store bench --json`.
 
-usage: store_bench_torch.py --clients N --ops N --op set|get|add
+usage: store_bench_torch.py --clients N --ops N --op set|get|add|wait
                             [--value-size B] [--procs P]
 """
 import argparse
@@ -50,7 +52,7 @@ def worker(port, op, value, client_ids, nops, ready, go, out):
     stores = [dist.TCPStore("127.0.0.1", port, is_master=False,
                             timeout=TIMEOUT, wait_for_workers=False)
               for _ in client_ids]
-    if op == "get":
+    if op in ("get", "wait"):
         for cid, st in zip(client_ids, stores):
             st.set("bench/c%d" % cid, value)
     lats = [None] * len(client_ids)
@@ -76,6 +78,12 @@ def worker(port, op, value, client_ids, nops, ready, go, out):
                 for i in range(n):
                     t0 = now()
                     st.get(key)
+                    lat[i] = now() - t0
+            elif op == "wait":
+                keys = [key]
+                for i in range(n):
+                    t0 = now()
+                    st.wait(keys)
                     lat[i] = now() - t0
             else:
                 for i in range(n):
@@ -111,7 +119,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--clients", type=int, default=1)
     ap.add_argument("--ops", type=int, default=100000)
-    ap.add_argument("--op", choices=["set", "get", "add"], default="set")
+    ap.add_argument("--op", choices=["set", "get", "add", "wait"], default="set")
     ap.add_argument("--value-size", type=int, default=32)
     ap.add_argument("--procs", type=int, default=0,
                     help="worker processes (default min(clients, 8))")

@@ -343,8 +343,8 @@ static void test_usage_errors(void **state) {
 
 static void test_bench_embedded(void **state) {
   (void)state;
-  const char *ops[] = {"set", "get", "add"};
-  for (int i = 0; i < 3; i++) {
+  const char *ops[] = {"set", "get", "add", "wait"};
+  for (int i = 0; i < 4; i++) {
     char *out;
     int rc = run(NULL, &out, "bench", "--embedded", "--clients", "4", "--ops",
                  "400", "--op", ops[i], "--value-size", "100", NULL);

@@ -43,7 +43,7 @@ static const char usage_text[] =
     "  gang-store check  ADDR KEY...        exit 0 if all exist, 1 if not\n"
     "  gang-store wait   ADDR KEY...        wait until all exist\n"
     "  gang-store bench  ADDR|--embedded --clients N --ops N\n"
-    "                   --op set|get|add [--value-size B] [--json]\n"
+    "                   --op set|get|add|wait [--value-size B] [--json]\n"
     "client options: --timeout DURATION (e.g. 5s, 200ms; default 30s, or\n"
     "GANG_STORE_TIMEOUT when set), --secret-file F\n"
     "ADDR is host:port[/prefix], tcp://host:port[/prefix] or file:///path.\n"
@@ -476,7 +476,8 @@ static void *bench_run(void *arg) {
   bench_client *c = arg;
   char key[64];
   snprintf(key, sizeof key, "bench/c%d", c->id);
-  int op = c->op[0]; /* 's', 'g' or 'a' */
+  int op = c->op[0]; /* 's', 'g', 'a' or 'w' */
+  const char *keys[1] = {key};
   if (!gate_pass(c->start))
     return NULL;
   for (int64_t i = 0; i < c->nops; i++) {
@@ -490,6 +491,8 @@ static void *bench_run(void *arg) {
       s = gang_store_get(c->st, key, &v, &n);
       if (s == GANG_OK)
         gang_store_free(v);
+    } else if (op == 'w') {
+      s = gang_store_wait(c->st, keys, 1, -1);
     } else {
       s = gang_store_add(c->st, "bench/ctr", 1, NULL);
     }
@@ -528,8 +531,8 @@ static int cmd_bench(args *a) {
   if (a->embedded ? a->npos != 0 : a->npos != 1)
     return usage_error("bench needs ADDR or --embedded%s", "");
   if (strcmp(a->op, "set") != 0 && strcmp(a->op, "get") != 0 &&
-      strcmp(a->op, "add") != 0)
-    return usage_error("--op must be set, get or add (got '%s')", a->op);
+      strcmp(a->op, "add") != 0 && strcmp(a->op, "wait") != 0)
+    return usage_error("--op must be set, get, add or wait (got '%s')", a->op);
   if (a->clients < 1 || a->clients > 65536)
     return usage_error("--clients must be in 1..65536", NULL);
   if (a->ops < a->clients)
@@ -588,9 +591,9 @@ static int cmd_bench(args *a) {
       break;
     }
   }
-  /* get reads each client's own key: put them there first. add counts on
-   * one shared key, as a barrier does; start it from zero. */
-  if (rc == 0 && strcmp(a->op, "get") == 0)
+  /* get and wait read each client's own key: put them there first. add
+   * counts on one shared key, as a barrier does; start it from zero. */
+  if (rc == 0 && (strcmp(a->op, "get") == 0 || strcmp(a->op, "wait") == 0))
     for (int i = 0; i < nc && rc == 0; i++) {
       char key[64];
       snprintf(key, sizeof key, "bench/c%d", i);
