@@ -64,6 +64,7 @@ static void start(running *t, char *const extra[]) {
   t->pid = fork();
   assert_true(t->pid >= 0);
   if (t->pid == 0) {
+    gt_die_with_parent();
     dup2(p[1], 1);
     execv(tool, argv);
     _exit(127);
@@ -158,7 +159,9 @@ typedef struct page_rep {
   int64_t step;
   pthread_t th;
   atomic_bool stop;
-  gang__lh_client *c;
+  /* A client is for one thread at a time (lighthouse.h): one beats, the
+   * other joins, as a manager's heartbeat and quorum threads do. */
+  gang__lh_client *c, *cj;
 } page_rep;
 
 static void *page_beat(void *arg) {
@@ -175,7 +178,7 @@ static void *page_join(void *arg) {
   gang__lh_member me = {"", r->step, 1, false, 0, 0, 0};
   snprintf(me.replica_id, sizeof me.replica_id, "%s", r->id);
   gang__lh_quorum q;
-  if (gang__lh_join(r->c, &me, 20000, &q) == GANG_OK)
+  if (gang__lh_join(r->cj, &me, 20000, &q) == GANG_OK)
     gang__lh_quorum_fini(&q);
   return NULL;
 }
@@ -200,6 +203,7 @@ static void test_page(void **state) {
     reps[i].addr = addr;
     atomic_init(&reps[i].stop, false);
     assert_gang_ok(gang__lh_connect(addr, 10000, &reps[i].c));
+    assert_gang_ok(gang__lh_connect(addr, 10000, &reps[i].cj));
   }
   pthread_t j[3];
   for (int i = 0; i < 3; i++)
@@ -360,8 +364,10 @@ static void test_page(void **state) {
   atomic_store(&reps[1].stop, true);
   for (int i = 0; i < 2; i++)
     pthread_join(reps[i].th, NULL);
-  for (int i = 0; i < 3; i++)
+  for (int i = 0; i < 3; i++) {
     gang__lh_close(reps[i].c);
+    gang__lh_close(reps[i].cj);
+  }
   stop(&t, SIGTERM);
 }
 

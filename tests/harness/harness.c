@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -533,4 +534,11 @@ bool gt_ran(struct gang *g, const char *algo, const char *what) {
   fprintf(stderr, "%s: ran %s, not %s\n", what, ran ? ran : "(none)", algo);
   fflush(stderr);
   return false;
+}
+
+void gt_die_with_parent(void) {
+  pid_t parent = getppid();
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) /* it ended before the line above */
+    _exit(1);
 }

@@ -151,6 +151,12 @@ void gt_nap_ms(int ms);
  * replica groups. Close-on-exec; read it with pread. */
 int gt_out_fd(const char *name);
 
+/* In a child just forked by the test's main thread: the child is killed
+ * when the test process ends, whatever ends it (a sanitizer's halt, a
+ * crash, the watchdog), so that no server or tool outlives its test and
+ * holds the runner's output open until its timeout. */
+void gt_die_with_parent(void);
+
 int gt_count_fds(void);
 /* Mappings of a shared-memory arena (memfd "gang-shm") in this process. */
 int gt_count_shm_maps(void);

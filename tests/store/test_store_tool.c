@@ -48,6 +48,7 @@ static void serve_start(server *s, char *const extra[], char *const envp[]) {
   if (s->pid > 0)
     live_pid = s->pid;
   if (s->pid == 0) {
+    gt_die_with_parent();
     dup2(p[1], 1);
     for (int i = 0; envp && envp[i]; i++)
       putenv(envp[i]);
