@@ -527,6 +527,13 @@ gang_status gang__store_rep_decode(uint8_t op, uint32_t nkeys, uint8_t rc,
   return st;
 }
 
+int gang__store_cpus(void) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0)
+    return CPU_COUNT(&set);
+  return 1;
+}
+
 gang_status gang__store_spin_ns(int64_t *ns) {
   int64_t us = 0;
   *ns = 0;
@@ -536,8 +543,7 @@ gang_status gang__store_spin_ns(int64_t *ns) {
                        "GANG_STORE_SPIN_US=%lld: must be 0..1000000 "
                        "(microseconds)",
                        (long long)us);
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) < 2)
+  if (gang__store_cpus() < 2)
     return GANG_OK;
   *ns = us * 1000;
   return GANG_OK;

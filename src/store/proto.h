@@ -242,9 +242,44 @@ const char *gang__store_op_name(uint8_t op);
 /* How long a client spins for its reply, and the server for its next
  * request, before sleeping (GANG_STORE_SPIN_US), in ns: 0 when the setting
  * is 0 or the process may run on one CPU only (a spin there only delays
- * the peer it waits for). After a spin that ends empty, the next
- * GANG__STORE_SPIN_SKIP waits do not spin. */
+ * the peer it waits for). */
 gang_status gang__store_spin_ns(int64_t *ns);
+/* The CPUs this process may run on (sched_getaffinity). */
+int gang__store_cpus(void);
+
+/* Whether a wait spins first. A spin that ends empty makes the next
+ * GANG__STORE_SPIN_SKIP waits sleep at once, and each further empty spin
+ * in a row doubles that, up to GANG__STORE_SPIN_SKIP_MAX: on a machine
+ * where answers come late (many clients on few CPUs) spinning costs one
+ * spin in a thousand waits. A spin that pays starts over. */
 #define GANG__STORE_SPIN_SKIP 32
+#define GANG__STORE_SPIN_SKIP_MAX 1024
+typedef struct gang__store_spin {
+  int64_t ns;  /* the budget; 0: never */
+  int skip;    /* waits left that do not spin */
+  int backoff; /* skip after the next empty spin, 0: the first */
+} gang__store_spin;
+
+static inline bool gang__store_spin_now(gang__store_spin *s) {
+  if (s->ns == 0)
+    return false;
+  if (s->skip > 0) {
+    s->skip--;
+    return false;
+  }
+  return true;
+}
+
+static inline void gang__store_spin_missed(gang__store_spin *s) {
+  s->backoff = s->backoff == 0 ? GANG__STORE_SPIN_SKIP
+               : s->backoff >= GANG__STORE_SPIN_SKIP_MAX / 2
+                   ? GANG__STORE_SPIN_SKIP_MAX
+                   : 2 * s->backoff;
+  s->skip = s->backoff;
+}
+
+static inline void gang__store_spin_paid(gang__store_spin *s) {
+  s->backoff = 0;
+}
 
 #endif

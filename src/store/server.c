@@ -205,8 +205,8 @@ void gang__store_server_coalesce(gang_store_server *srv, int us) {
 /* The timeout of the next epoll_wait: 0 while a spin window is open (the
  * client that was just answered is likely to ask again within
  * microseconds, and a sleeping thread's wakeup costs more than that). A
- * window that ended with no event turns spinning off for the next
- * GANG__STORE_SPIN_SKIP answering passes. Never while coalescing. */
+ * window that ends with no event counts as a missed spin
+ * (gang__store_spin_missed). */
 static int wait_ms(gang_store_server *s) {
   int64_t now = gang__now_ns();
   int ms = next_timeout_ms(s, now);
@@ -215,18 +215,21 @@ static int wait_ms(gang_store_server *s) {
   if (now < s->spin_until)
     return 0;
   s->spin_until = 0;
-  s->spin_skip = GANG__STORE_SPIN_SKIP;
+  gang__store_spin_missed(&s->spin);
   return ms;
 }
 
-static void arm_spin(gang_store_server *s, bool replied) {
-  if (!replied || s->spin_ns == 0 ||
+/* After a pass of n events that answered something, opens a spin window
+ * unless the server coalesces (the lighthouse), or the pass saw more
+ * events than there are other CPUs: then clients are many, answers reach
+ * them as fast as they get a CPU, and a spinning server only takes one of
+ * the CPUs they need (64 clients on 2 cores: 8-10 % fewer operations). */
+static void arm_spin(gang_store_server *s, int n, bool replied) {
+  if (!replied || n > s->spin_events ||
       atomic_load_explicit(&s->coalesce_us, memory_order_relaxed) > 0)
     return;
-  if (s->spin_skip > 0)
-    s->spin_skip--;
-  else
-    s->spin_until = gang__now_ns() + s->spin_ns;
+  if (gang__store_spin_now(&s->spin))
+    s->spin_until = gang__now_ns() + s->spin.ns;
 }
 
 static void *server_main(void *arg) {
@@ -240,8 +243,10 @@ static void *server_main(void *arg) {
       GANG_WARN(STORE, "store server: epoll_wait: %s", strerror(errno));
       break;
     }
-    if (n > 0)
-      s->spin_until = 0; /* the window paid off; an answer opens the next */
+    if (n > 0 && s->spin_until != 0) {
+      s->spin_until = 0; /* the window paid; an answer opens the next */
+      gang__store_spin_paid(&s->spin);
+    }
     int64_t now = gang__now_ns();
     for (int i = 0; i < n; i++) {
       void *p = evs[i].data.ptr;
@@ -297,7 +302,7 @@ static void *server_main(void *arg) {
     bool replied = s->replied > 0;
     s->replied = 0;
     coalesce(s, n, now, stop, replied);
-    arm_spin(s, replied);
+    arm_spin(s, n, replied);
     if (s->retired && (s->nconns == 0 || (s->retire_by != GANG_DEADLINE_NONE &&
                                           gang__now_ns() >= s->retire_by)))
       stop = true;
@@ -449,7 +454,8 @@ gang_status gang_store_server_start(const gang_store_server_options *opts,
                      total);
     goto fail;
   }
-  GANG_CHECK_GOTO(gang__store_spin_ns(&s->spin_ns), st, fail);
+  GANG_CHECK_GOTO(gang__store_spin_ns(&s->spin.ns), st, fail);
+  s->spin_events = gang__store_cpus() - 1;
   s->hs_timeout_ms = OPT(opts, handshake_timeout_ms);
   if (s->hs_timeout_ms == 0)
     GANG_CHECK_GOTO(gang__setting_int(GANG_SETTING_STORE_HANDSHAKE_TIMEOUT,

@@ -93,11 +93,10 @@ struct gang_store_server {
   bool busy;   /* the last window was over GANG__STORE_BUSY_RATE */
   int replied; /* requests taken up this pass that get an answer */
   /* Spinning for the next request after an answer (GANG_STORE_SPIN_US):
-   * epoll_wait polls without sleeping until spin_until (0: not spinning);
-   * a window that ends empty skips the next spin_skip answers. */
-  int64_t spin_ns;
+   * epoll_wait polls without sleeping until spin_until (0: not spinning). */
+  gang__store_spin spin;
   int64_t spin_until;
-  int spin_skip;
+  int spin_events; /* the most events a pass may have had to spin after */
   /* gang__store_server_retire: the owner gave the server up; it stops by
    * itself (and frees itself) once it has no client, or at retire_by. */
   atomic_bool retire;

@@ -113,21 +113,17 @@ static gang_status recv_now(tcp_client *c, size_t room, size_t *got) {
  * much as has arrived at each step: a short reply is one recv. The server
  * answers a request with one frame and sends nothing unasked, so bytes
  * beyond the frame are a protocol error. Before blocking, it spins up to
- * c->spin_ns on non-blocking reads: a store on another core answers in a
- * few microseconds, and a blocked thread's wakeup costs more than that
- * (docs/store-benchmark.md). A spin that ends empty turns spinning off
- * for the next GANG__STORE_SPIN_SKIP calls, so a busy or oversubscribed
- * machine pays for one spin in that many. *len is the frame's length
- * field (rc byte + body). */
+ * GANG_STORE_SPIN_US on non-blocking reads: a store on another core
+ * answers in a few microseconds, and a blocked thread's wakeup costs more
+ * than that (docs/store-benchmark.md); gang__store_spin_now says when it
+ * does not. *len is the frame's length field (rc byte + body). */
 static gang_status read_reply(tcp_client *c, const char *name, int64_t deadline,
                               uint32_t *len) {
   c->in.len = 0;
   size_t want = GANG_STORE_FRAME_HDR; /* until the header says more */
   GANG_CHECK(gang__store_buf_reserve(&c->in, 4096));
-  bool spin = c->spin_ns > 0 && c->spin_skip == 0;
-  if (c->spin_skip > 0)
-    c->spin_skip--;
-  int64_t spin_end = spin ? gang__now_ns() + c->spin_ns : 0;
+  bool spin = gang__store_spin_now(&c->spin);
+  int64_t spin_end = spin ? gang__now_ns() + c->spin.ns : 0;
   bool have_len = false;
   while (c->in.len < want) {
     size_t room = c->in.cap - c->in.len;
@@ -137,10 +133,11 @@ static gang_status read_reply(tcp_client *c, const char *name, int64_t deadline,
       while ((s = recv_now(c, room, &got)) == GANG_IN_PROGRESS &&
              gang__now_ns() < spin_end)
         ;
-      if (s == GANG_IN_PROGRESS) {
-        spin = false;
-        c->spin_skip = GANG__STORE_SPIN_SKIP;
-      }
+      if (s == GANG_IN_PROGRESS)
+        gang__store_spin_missed(&c->spin);
+      else
+        gang__store_spin_paid(&c->spin);
+      spin = false;
     }
     if (s != GANG_OK) {
       /* Nothing yet: sleep until something comes, then read it. */

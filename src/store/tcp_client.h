@@ -24,8 +24,7 @@ typedef struct tcp_client {
   gang__store_buf out;   /* request being sent */
   gang__store_buf in;    /* reply being received */
   gang_status broken;    /* GANG_OK while usable */
-  int64_t spin_ns;       /* GANG_STORE_SPIN_US; 0: never spin */
-  int spin_skip;         /* calls left before spinning again */
+  gang__store_spin spin; /* before sleeping for a reply */
   char broken_msg[512];
 } tcp_client;
 

@@ -134,7 +134,7 @@ gang_status gang__tcp_open(const gang__store_target *at,
     return gang__error(GANG_NO_MEMORY, "store connect: no memory");
   pthread_mutex_init(&c->fd_mu, NULL);
   c->fd = -1;
-  c->spin_ns = spin_ns;
+  c->spin.ns = spin_ns;
   gang__sock_peer_name(host, port, c->peer, sizeof c->peer);
 
   int64_t start = gang__now_ns();
