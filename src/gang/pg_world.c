@@ -11,6 +11,7 @@
 
 #include "core/clock.h"
 #include "core/config.h"
+#include "core/cpus.h"
 #include "core/error.h"
 #include "core/hostport.h"
 #include "core/log.h"

@@ -4,7 +4,6 @@
  * until it has been compared with both the caps and the bytes present. */
 #include "proto.h"
 
-#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +11,7 @@
 
 #include "core/bytes.h"
 #include "core/config.h"
+#include "core/cpus.h"
 #include "core/error.h"
 
 uint32_t gang__store_frame_cap(uint32_t max_key, uint32_t max_value) {
@@ -527,13 +527,6 @@ gang_status gang__store_rep_decode(uint8_t op, uint32_t nkeys, uint8_t rc,
   return st;
 }
 
-int gang__store_cpus(void) {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0)
-    return CPU_COUNT(&set);
-  return 1;
-}
-
 gang_status gang__store_spin_ns(int64_t *ns) {
   int64_t us = 0;
   *ns = 0;
@@ -543,7 +536,7 @@ gang_status gang__store_spin_ns(int64_t *ns) {
                        "GANG_STORE_SPIN_US=%lld: must be 0..1000000 "
                        "(microseconds)",
                        (long long)us);
-  if (gang__store_cpus() < 2)
+  if (gang__cpus_available() < 2)
     return GANG_OK;
   *ns = us * 1000;
   return GANG_OK;

@@ -244,8 +244,6 @@ const char *gang__store_op_name(uint8_t op);
  * is 0 or the process may run on one CPU only (a spin there only delays
  * the peer it waits for). */
 gang_status gang__store_spin_ns(int64_t *ns);
-/* The CPUs this process may run on (sched_getaffinity). */
-int gang__store_cpus(void);
 
 /* Whether a wait spins first. A spin that ends empty makes the next
  * GANG__STORE_SPIN_SKIP waits sleep at once, and each further empty spin

@@ -23,6 +23,7 @@
 
 #include "core/clock.h"
 #include "core/config.h"
+#include "core/cpus.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/options.h"
@@ -455,7 +456,7 @@ gang_status gang_store_server_start(const gang_store_server_options *opts,
     goto fail;
   }
   GANG_CHECK_GOTO(gang__store_spin_ns(&s->spin.ns), st, fail);
-  s->spin_events = gang__store_cpus() - 1;
+  s->spin_events = gang__cpus_available() - 1;
   s->hs_timeout_ms = OPT(opts, handshake_timeout_ms);
   if (s->hs_timeout_ms == 0)
     GANG_CHECK_GOTO(gang__setting_int(GANG_SETTING_STORE_HANDSHAKE_TIMEOUT,

@@ -190,9 +190,6 @@ gang_status gang__shm_create(gang_store *store, int rank, int size,
                              gang__fabric *fabric, int64_t deadline, int *hosts,
                              int *kernel, gang__shm **out, bool *everywhere);
 
-/* CPUs this process may run on. */
-int gang__cpus_available(void);
-
 /* Whether the arena's local ranks outnumber the CPUs they may run on
  * between them (agreed by every local rank at setup). */
 bool gang__shm_oversubscribed(const gang__shm *s);

@@ -18,6 +18,7 @@
 
 #include "core/clock.h"
 #include "core/config.h"
+#include "core/cpus.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/mix.h"
@@ -62,14 +63,6 @@ static void host_identity(char *out, size_t cap) {
   host[sizeof host - 1] = '\0';
   snprintf(out, cap, "%s|%s|net:%llu|pid:%llu", boot, host,
            ns_inode("/proc/self/ns/net"), ns_inode("/proc/self/ns/pid"));
-}
-
-int gang__cpus_available(void) {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0)
-    return CPU_COUNT(&set);
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? (int)n : 1;
 }
 
 static size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
