@@ -13,7 +13,10 @@
 # from 64 KiB TCP between its namespaces is a memory copy like shared
 # memory's, so the two paths do the same work and their medians have been
 # seen 1.6-2.7x apart either way (reduce_scatter at 1 MiB, with flat TCP
-# on both sides). The regression this guards
+# on both sides). A size over its bound is measured three times more and
+# judged on the median of six: the box flips between speed modes for whole
+# runs (broadcast of 128 KiB: 41 or 170 us hierarchical, 48-150 us flat).
+# The regression this guards
 # against (a rank spinning on the CPU its host's leader or the other host
 # needs) cost 6-10x below 64 KiB.
 #
@@ -62,16 +65,12 @@ medians() {
     END { flush() }'
 }
 
-for spec in "all_reduce|-b 8 -e 1M -f 128|recursive_doubling" \
-  "broadcast|-b 8 -e 1M -f 128|binomial" \
-  "barrier||dissemination" \
-  "all_gather|-b 64 -e 1M -f 128|ring" \
-  "reduce_scatter|-b 64 -e 1M -f 128|ring"; do
-  op=${spec%%|*}
-  rest=${spec#*|}
-  sizes=${rest%%|*}
-  flat=${rest#*|}
-  for rep in 1 2 3; do
+# measure OP SIZES FLAT REPS...: the runs, each path in turn, appended to
+# $out/OP.hier and $out/OP.flat
+measure() {
+  op=$1 sizes=$2 flat=$3
+  shift 3
+  for rep in "$@"; do
     run "$op.hier.$rep" "$op" "$sizes" ""
     run "$op.flat.$rep" "$op" "$sizes" "$op=$flat"
     cat "$out/$op.hier.$rep.t" >>"$out/$op.hier"
@@ -84,19 +83,51 @@ for spec in "all_reduce|-b 8 -e 1M -f 128|recursive_doubling" \
     grep -q "$op on a gang of 4: hierarchical" "$out/$op.flat.$rep.h0" &&
       bad "$op with $flat forced ran hierarchical"
   done
+}
+
+# judge OP: prints each size's verdict into $out/OP.verdicts (every line
+# "ok" or "SLOWER")
+judge() {
+  op=$1
+  medians "$out/$op.hier" >"$out/$op.hm"
+  medians "$out/$op.flat" >"$out/$op.fm"
+  join "$out/$op.hm" "$out/$op.fm" >"$out/$op.both"
+  : >"$out/$op.verdicts"
+  while read -r size h f; do
+    verdict=$(awk -v s="$size" -v h="$h" -v f="$f" 'BEGIN { print (h <= (s < 65536 ? 1.5 * f + 20 : 3 * f)) ? "ok" : "SLOWER" }')
+    echo "$op $size B: hierarchical $h us, flat TCP $f us: $verdict" |
+      tee -a "$out/$op.verdicts"
+  done <"$out/$op.both"
+}
+
+for spec in "all_reduce|-b 8 -e 1M -f 128|recursive_doubling" \
+  "broadcast|-b 8 -e 1M -f 128|binomial" \
+  "barrier||dissemination" \
+  "all_gather|-b 64 -e 1M -f 128|ring" \
+  "reduce_scatter|-b 64 -e 1M -f 128|ring"; do
+  op=${spec%%|*}
+  rest=${spec#*|}
+  sizes=${rest%%|*}
+  flat=${rest#*|}
+  measure "$op" "$sizes" "$flat" 1 2 3
   [ -s "$out/$op.hier" ] && [ -s "$out/$op.flat" ] || {
     bad "$op: no timings"
     continue
   }
-  medians "$out/$op.hier" >"$out/$op.hm"
-  medians "$out/$op.flat" >"$out/$op.fm"
-  join "$out/$op.hm" "$out/$op.fm" >"$out/$op.both"
+  judge "$op"
   [ -s "$out/$op.both" ] || bad "$op: no size timed both ways"
-  while read -r size h f; do
-    verdict=$(awk -v s="$size" -v h="$h" -v f="$f" 'BEGIN { print (h <= (s < 65536 ? 1.5 * f + 20 : 3 * f)) ? "ok" : "SLOWER" }')
-    echo "$op $size B: hierarchical $h us, flat TCP $f us: $verdict"
-    [ "$verdict" = ok ] || bad "$op at $size B: hierarchical $h us against flat $f us"
-  done <"$out/$op.both"
+  # The box flips between modes for whole runs (broadcast of 128 KiB took
+  # 41 or 170 us hierarchical and 48-150 us flat, three runs in a row
+  # alike): a size over its bound is measured three times more, and the
+  # median of the six decides. A regression stays over it.
+  if grep -q SLOWER "$out/$op.verdicts"; then
+    echo "$op: over a bound in three runs; three more"
+    measure "$op" "$sizes" "$flat" 4 5 6
+    judge "$op"
+  fi
+  while read -r line; do
+    case $line in *SLOWER) bad "$line" ;; esac
+  done <"$out/$op.verdicts"
 done
 
 [ $fail = 0 ] && echo "PASS: across 2 hosts the hierarchical path is within its bounds of flat TCP"
