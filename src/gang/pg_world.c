@@ -367,8 +367,9 @@ static gang_status pmix_rendezvous(const gang_world_info *info,
                        "'host:port secret'",
                        msg);
   }
-  *space = '\0';
-  snprintf(base, cap, "%s", msg);
+  size_t hl = (size_t)(space - msg);
+  memcpy(base, msg, hl);
+  base[hl] = '\0';
   snprintf(secret, scap, "%s", space + 1);
   return GANG_OK;
 }
