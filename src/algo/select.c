@@ -35,6 +35,9 @@
  * measured slower here than the one the table takes (docs/algorithms.md),
  * kept for the networks its cost formula favours it on. */
 #define ONLY_FORCED 512u
+/* The two-level form where the link model prices it at most flat TCP's
+ * time for the same gang (or where there is no model). */
+#define WHEN_BEATS_FLAT 1024u
 
 #define ANY SIZE_MAX
 #define KIB ((size_t)1024)
@@ -96,15 +99,16 @@ static const algo_rule rules[] = {
     {ALGO_ALL_TO_ALL_V, ALGO_PATH_SHM, ALGO_SHM_SINGLE_COPY, ANY, 0, ANY,
      NEED_CMA},
     /* ---- several hosts ---- */
-    {ALGO_BARRIER, ALGO_PATH_HIER, ALGO_HIER, ANY, 0, ANY, 0},
-    {ALGO_ALL_REDUCE, ALGO_PATH_HIER, ALGO_HIER, ANY, 0, ANY, 0},
-    {ALGO_BROADCAST, ALGO_PATH_HIER, ALGO_HIER, ANY, 0, ANY, 0},
+    {ALGO_BARRIER, ALGO_PATH_HIER, ALGO_HIER, ANY, 0, ANY, WHEN_BEATS_FLAT},
+    {ALGO_ALL_REDUCE, ALGO_PATH_HIER, ALGO_HIER, ANY, 0, ANY, WHEN_BEATS_FLAT},
+    {ALGO_BROADCAST, ALGO_PATH_HIER, ALGO_HIER, ANY, 0, ANY, WHEN_BEATS_FLAT},
     /* Where hosts hold equal blocks of consecutive ranks (pg_hier.c). */
-    {ALGO_ALL_GATHER, ALGO_PATH_HIER, ALGO_HIER, ANY, 0, ANY, 0},
+    {ALGO_ALL_GATHER, ALGO_PATH_HIER, ALGO_HIER, ANY, 0, ANY, WHEN_BEATS_FLAT},
     /* reduce_scatter in two levels up to 64 KiB blocks: from 256 KiB
      * blocks it measured 1.3-2.3x slower than the flat ring across two
      * hosts of the box, for a reason not yet found (docs/shm.md). */
-    {ALGO_REDUCE_SCATTER, ALGO_PATH_HIER, ALGO_HIER, ANY, 0, 64 * KIB, 0},
+    {ALGO_REDUCE_SCATTER, ALGO_PATH_HIER, ALGO_HIER, ANY, 0, 64 * KIB,
+     WHEN_BEATS_FLAT},
     /* ---- TCP ---- */
     {ALGO_BARRIER, ALGO_PATH_TCP, ALGO_TCP_DISSEMINATION, ANY, 0, ANY, 0},
     /* Recursive doubling between two ranks always (it moves the same bytes
@@ -184,6 +188,11 @@ static bool can_run(const algo_rule *r, const algo_facts *f) {
  * same 10 GB/s: the vector kernels run at memory speed). */
 #define REDUCE_NS_PER_BYTE 0.1
 
+/* A step of shared memory in the two-level forms: one member's hand-over
+ * to the others (a cache line crossing and a poll, about a microsecond
+ * with every member on a CPU). */
+#define SHM_STEP_NS 1000.0
+
 static int ceil_lg(int p) {
   int k = 0;
   while ((1 << k) < p)
@@ -191,11 +200,31 @@ static int ceil_lg(int p) {
   return k;
 }
 
+/* Whether a's steps cross hosts from every member of a host at once over
+ * flat TCP: recursive doubling, halving and Bruck pair each member with
+ * one 2^k ranks away, and scatter-allgather's scatter goes the same way,
+ * so with consecutive ranks on a host the first steps put per_host
+ * messages on each host's link together. The ring's neighbours are on
+ * the same host but at its ends, a binomial tree's senders on distinct
+ * hosts at each crossing step, and a barrier's messages are empty. */
+static bool shares_link(algo_id a) {
+  return a == ALGO_TCP_RD || a == ALGO_TCP_HD || a == ALGO_TCP_HALVING ||
+         a == ALGO_TCP_BRUCK || a == ALGO_TCP_SAG;
+}
+
+static double hier_cost(algo_coll coll, const algo_facts *f);
+
 double gang__algo_cost(algo_coll coll, algo_id a, const algo_facts *f) {
+  if (a == ALGO_HIER)
+    return hier_cost(coll, f);
   double p = f->size, n = (double)f->bytes, al = f->alpha_ns, be = f->beta_ns;
+  if (f->per_host > 1 && shares_link(a))
+    be *= f->per_host;
   int lg = ceil_lg(f->size);
   int p2 = 1 << (lg > 0 && (1 << lg) > f->size ? lg - 1 : lg);
   switch (coll) {
+  case ALGO_BARRIER:
+    return a == ALGO_TCP_DISSEMINATION ? lg * al : 0;
   case ALGO_ALL_REDUCE:
     if (a == ALGO_TCP_RD) /* the ranks past p2 fold in and out: 2 more */
       return (ceil_lg(p2) + (p2 < f->size ? 2 : 0)) * (al + n * be);
@@ -237,6 +266,68 @@ double gang__algo_cost(algo_coll coll, algo_id a, const algo_facts *f) {
   }
 }
 
+/* The table's TCP algorithm for f (unforced), priced. */
+static double tcp_cost(algo_coll coll, const algo_facts *f) {
+  return gang__algo_cost(coll, gang__algo_select(NULL, coll, ALGO_PATH_TCP, f),
+                         f);
+}
+
+/* The two-level forms of pg_hier.c, step by step: the local steps among a
+ * host's l members (none where l is 1) as SHM_STEP_NS each and their
+ * copies and reduces at memory speed (a local broadcast one copy: the
+ * members copy a chunk out while the root copies the next in), the TCP
+ * part as the table's algorithm among the h leaders (or along a rail)
+ * with a link each. */
+static double hier_cost(algo_coll coll, const algo_facts *f) {
+  if (f->hosts < 2 || f->per_host < 1 || f->alpha_ns <= 0)
+    return 0;
+  int h = f->hosts, l = f->per_host;
+  double n = (double)f->bytes, p = f->size;
+  double s = l > 1 ? SHM_STEP_NS : 0, c = l > 1 ? COPY_NS_PER_BYTE : 0;
+  double r = l > 1 ? REDUCE_NS_PER_BYTE : 0;
+  algo_facts among = *f;
+  among.size = h;
+  among.hosts = among.per_host = 0;
+  switch (coll) {
+  case ALGO_BARRIER: /* the host's, the leaders', the host's again */
+    return 2 * s + tcp_cost(coll, &among);
+  case ALGO_ALL_REDUCE: /* staged in, each member's part reduced, copied
+                           out; among the leaders; the leader's result
+                           broadcast */
+    return 2 * s + n * (2 * c + (l - 1.0) / l * r) + tcp_cost(coll, &among) +
+           s + n * c;
+  case ALGO_BROADCAST: /* among the root and the leaders, then each host */
+    return tcp_cost(coll, &among) + s + n * c;
+  case ALGO_ALL_GATHER: /* the host's blocks, the hosts' parts, the whole
+                           result to the host */
+    among.bytes = f->bytes * (size_t)l;
+    among.count = f->count == SIZE_MAX ? SIZE_MAX : f->count * (size_t)l;
+    return s + (1 + l) * n * c + tcp_cost(coll, &among) + s + p * n * c;
+  case ALGO_REDUCE_SCATTER: /* the input packed by local index, reduced
+                               in the host, then along the rail */
+    return p * n * COPY_NS_PER_BYTE + s + p * n * (c + r) +
+           tcp_cost(coll, &among);
+  default:
+    return 0;
+  }
+}
+
+double gang__algo_cost_path(algo_coll coll, algo_path path,
+                            const algo_facts *f) {
+  if (path == ALGO_PATH_HIER)
+    return gang__algo_cost(coll, ALGO_HIER, f);
+  algo_id a = gang__algo_select(NULL, coll, path, f);
+  return a == ALGO_AUTO ? 0 : gang__algo_cost(coll, a, f);
+}
+
+/* Whether the two-level form costs at most flat TCP for f's gang: always
+ * where the model prices either at nothing. */
+static bool beats_flat(algo_coll coll, const algo_facts *f) {
+  double two = gang__algo_cost(coll, ALGO_HIER, f);
+  double flat = gang__algo_cost_path(coll, ALGO_PATH_TCP, f);
+  return two <= 0 || flat <= 0 || two <= flat;
+}
+
 /* Whether no other WHEN_CHEAPEST rule of r's collective and path that can
  * run costs less (an earlier one that costs the same wins). */
 static bool cheapest(const algo_rule *r, const algo_facts *f);
@@ -246,6 +337,7 @@ static bool preferred(const algo_rule *r, const algo_facts *f) {
   return !(fl & ONLY_FORCED) && f->bytes >= r->min_bytes &&
          f->bytes <= r->max_bytes &&
          (!(fl & WHEN_CHEAPEST) || cheapest(r, f)) &&
+         (!(fl & WHEN_BEATS_FLAT) || beats_flat(r->coll, f)) &&
          (!(fl & WHEN_ROOMY) || !f->oversubscribed || f->cma_forced) &&
          (!(fl & WHEN_NOT_OVER) || !f->oversubscribed) &&
          (!(fl & WHEN_THREE_UP) || f->size >= 3) &&
@@ -404,6 +496,8 @@ static void rule_text(const algo_rule *r, char *buf, size_t cap) {
     ADD("a CPU per member");
   if (fl & WHEN_CHEAPEST)
     ADD("the cheapest by the link model");
+  if (fl & WHEN_BEATS_FLAT)
+    ADD("as cheap as flat TCP by the link model");
   if (fl & ONLY_FORCED)
     ADD("only when forced (GANG_ALGO)");
 #undef ADD

@@ -80,6 +80,11 @@ typedef struct algo_facts {
   /* The links' model for TCP (docs/algorithms.md): a message of m bytes
    * costs alpha_ns + m * beta_ns. Zero: no model (the rules' order). */
   double alpha_ns, beta_ns;
+  /* A gang over several hosts with shared memory on each (0 otherwise):
+   * its hosts and the most members any has. The two-level form is priced
+   * with them, and flat TCP with a host's link shared by its members in
+   * the algorithms whose steps cross hosts from every member at once. */
+  int hosts, per_host;
 } algo_facts;
 
 /* GANG_ALGO: a forced algorithm per collective, ALGO_AUTO where none. */
@@ -98,9 +103,16 @@ algo_id gang__algo_select(const algo_choice *choice, algo_coll coll,
                           algo_path path, const algo_facts *facts);
 
 /* The modeled time (ns) of TCP algorithm a for coll under facts' link
- * model (docs/algorithms.md gives each formula); 0 for an algorithm the
- * model does not cover. */
+ * model, or of the two-level form (ALGO_HIER, with facts' hosts and
+ * per_host): its local steps at shared memory's price and the table's TCP
+ * algorithm among one member per host (docs/algorithms.md gives each
+ * formula); 0 for an algorithm the model does not cover. */
 double gang__algo_cost(algo_coll coll, algo_id a, const algo_facts *facts);
+
+/* The modeled time (ns) of what the table runs for coll on path (the
+ * algorithm it would choose, unforced); 0 where the model has no price. */
+double gang__algo_cost_path(algo_coll coll, algo_path path,
+                            const algo_facts *facts);
 
 /* Prints the link model and where it puts the TCP choices for 4, 8, 16
  * and 64 members (gang-info). */

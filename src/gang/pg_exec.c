@@ -116,6 +116,10 @@ gang_status gang__pg_execute(gang_t *g, gang_work *w) {
     }
   }
   algo_facts f = gang__pg_tcp_facts(p->w, c, g->size);
+  if (p->hier != NULL) { /* both paths priced for this gang's hosts */
+    f.hosts = p->hier->nhosts;
+    f.per_host = p->hier->per_host;
+  }
   if (p->hier != NULL && gang__pg_hier_has(p->hier, c->kind) &&
       gang__algo_select(&p->w->choice, coll, ALGO_PATH_HIER, &f) == ALGO_HIER) {
     gang_status st;

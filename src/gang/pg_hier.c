@@ -71,6 +71,9 @@ gang_status gang__pg_hier_new(pg_world *w, const int *map, int size, int rank,
     gang__pg_hier_free(h);
     return GANG_OK;
   }
+  for (int k = 0; k < h->nhosts; k++)
+    if (count[k] > h->per_host)
+      h->per_host = count[k];
   h->my_host = h->host_of[rank];
   h->leader = h->local_of[rank] == 0;
   h->blocks = size % h->nhosts == 0;

@@ -82,6 +82,7 @@ typedef struct pg_hier {
   int *leaders;          /* world ranks of the leaders, by host index */
   int *senders; /* a broadcast's: the leaders, its root for the root's host */
   int nhosts, my_host; /* host index: order of first gang rank */
+  int per_host;        /* the most members on any host */
   bool leader;
   int *host_of;  /* gang rank -> host index */
   int *local_of; /* gang rank -> index among its host's members */

@@ -522,6 +522,69 @@ static void test_link_model(void **state) {
                    ALGO_TCP_RD);
 }
 
+/* Gangs over several hosts: the two-level form priced step by step
+ * against flat TCP, whose exchanges across hosts share a host's link. */
+static void test_two_level_model(void **state) {
+  (void)state;
+  /* 4 hosts of 2 members, 500 us and 1 Gbit/s links. */
+  algo_facts f = {.size = 8,
+                  .count = SIZE_MAX,
+                  .alpha_ns = 500000,
+                  .beta_ns = 8.0,
+                  .hosts = 4,
+                  .per_host = 2};
+  f.bytes = 8;
+  double n = 8, s = 1000, c = 0.1, r = 0.1;
+  /* Local all_reduce, recursive doubling among 4 leaders, local
+   * broadcast. */
+  double want =
+      2 * s + n * (2 * c + 0.5 * r) + 2 * (500000 + n * 8.0) + s + n * c;
+  assert_true(gang__algo_cost(ALGO_ALL_REDUCE, ALGO_HIER, &f) == want);
+  assert_int_equal(gang__algo_select(NULL, ALGO_ALL_REDUCE, ALGO_PATH_HIER, &f),
+                   ALGO_HIER);
+  /* Flat: the two members of a host send across together in the steps of
+   * halving-doubling, so their link's beta counts twice; the ring's not. */
+  f.bytes = (size_t)1 << 20;
+  n = (double)f.bytes;
+  assert_true(gang__algo_cost(ALGO_ALL_REDUCE, ALGO_TCP_HD, &f) ==
+              6 * 500000.0 + 1.75 * n * 16.0 + 0.875 * n * 0.1);
+  assert_true(gang__algo_cost(ALGO_ALL_REDUCE, ALGO_TCP_RING, &f) ==
+              14 * 500000.0 + 1.75 * n * 8.0);
+  /* Barrier: a dissemination's lg p rounds, two local steps around the
+   * leaders' two. */
+  assert_true(gang__algo_cost(ALGO_BARRIER, ALGO_TCP_DISSEMINATION, &f) ==
+              3 * 500000.0);
+  assert_true(gang__algo_cost(ALGO_BARRIER, ALGO_HIER, &f) ==
+              2 * s + 2 * 500000.0);
+  for (int coll = 0; coll < ALGO_ALL_TO_ALL; coll++) {
+    f.bytes = 4096;
+    assert_true(gang__algo_cost((algo_coll)coll, ALGO_HIER, &f) > 0);
+    assert_int_equal(
+        gang__algo_select(NULL, (algo_coll)coll, ALGO_PATH_HIER, &f),
+        ALGO_HIER);
+  }
+  /* A link as fast as memory (1 us, 10 GB/s): at 64 MiB the local copies
+   * cost more than flat TCP's ring saves, and the table goes flat. */
+  f.alpha_ns = 1000;
+  f.beta_ns = 0.1;
+  f.bytes = (size_t)64 << 20;
+  assert_true(gang__algo_cost_path(ALGO_ALL_REDUCE, ALGO_PATH_TCP, &f) <
+              gang__algo_cost(ALGO_ALL_REDUCE, ALGO_HIER, &f));
+  assert_int_equal(gang__algo_select(NULL, ALGO_ALL_REDUCE, ALGO_PATH_HIER, &f),
+                   ALGO_AUTO);
+  /* Forced, it runs whatever the model says; with no model it is the
+   * table's choice. */
+  algo_choice forced;
+  assert_int_equal(gang__algo_choice_parse("all_reduce=hierarchical", &forced),
+                   GANG_OK);
+  assert_int_equal(
+      gang__algo_select(&forced, ALGO_ALL_REDUCE, ALGO_PATH_HIER, &f),
+      ALGO_HIER);
+  f.alpha_ns = f.beta_ns = 0;
+  assert_int_equal(gang__algo_select(NULL, ALGO_ALL_REDUCE, ALGO_PATH_HIER, &f),
+                   ALGO_HIER);
+}
+
 /* Ranks whose link models differ take rank 0's: three ranks over TCP, rank
  * 0 with a 10 us link (a 512 KiB all_reduce goes round the ring), the
  * others with a 1 s one (they would choose recursive doubling). Every
@@ -561,6 +624,11 @@ static int layout_rank(int rank, int size, void *arg) {
   int hosts = size / l->per;
   snprintf(host, sizeof host, "h%d", l->strided ? rank % hosts : rank / l->per);
   setenv("GANG_HOST_ID", host, 1);
+  /* A network's link between the hosts (the probe would measure
+   * loopback, as fast as shared memory's copies, where the link model
+   * rightly goes flat at large blocks). */
+  setenv("GANG_NET_LATENCY_US", "50", 1);
+  setenv("GANG_NET_BANDWIDTH", "100m", 1);
   gang_t *g = gt_join("algos-layout", g_round, rank, size, 60000, 0);
   forced want = {"", "", l->want, {0, 0, 0}, 0};
   g_case = &want;
@@ -577,6 +645,8 @@ static int layout_rank(int rank, int size, void *arg) {
   }
   gang_destroy(g);
   unsetenv("GANG_HOST_ID");
+  unsetenv("GANG_NET_LATENCY_US");
+  unsetenv("GANG_NET_BANDWIDTH");
   return 0;
 }
 
@@ -648,6 +718,7 @@ int main(void) {
       GT_TEST(test_scatter_allgather_sizes),
       GT_TEST(test_recursive_halving_sizes),
       GT_TEST(test_link_model),
+      GT_TEST(test_two_level_model),
       GT_TEST(test_rank_zero_model_holds),
       GT_TEST(test_gather_scatter_over_hosts),
   };
