@@ -5,7 +5,15 @@
  * creation between rank 0 and the first rank on another host: the
  * fastest of nine 8-byte round trips gives alpha (a busy machine only
  * adds to a round trip: the median of nine was 1.9x the delay beside
- * other tests), a 1 MiB send answered by 8 bytes gives beta.
+ * other tests), a 1 MiB send answered by 8 bytes gives beta. Then every
+ * rank runs a few rounds of a dissemination (each sends 8 bytes 2^k ranks
+ * on and receives from 2^k back, as the steps of recursive doubling and
+ * halving do), and alpha becomes their mean round where that is more:
+ * a step of the whole world also waits for its peers to get a CPU and
+ * for a switch carrying every rank's messages at once, which one pair
+ * alone does not see. Likewise beta: the first rank of each host sends
+ * 1 MiB to the next host's, all at once, and beta becomes what a byte
+ * took there where that is more.
  * Rank 0 publishes the model in the store and every rank takes it, so all
  * choose alike. A process measures once: the worlds it creates later (a
  * fault-tolerant job's reconfigurations) take the first measurement. */
@@ -24,6 +32,8 @@
 #define PROBE_ROUNDS 9                /* timed 8-byte round trips */
 #define PROBE_BYTES ((size_t)1 << 20) /* the bandwidth probe's message */
 #define PROBE_SENDS 2
+#define PROBE_WORLD_REPS 7  /* timed dissemination barriers of the world */
+#define PROBE_STREAM_REPS 5 /* timed exchanges of every host's first rank */
 
 /* The settings' model, checked. */
 static gang_status set_model(double *alpha_ns, double *beta_ns) {
@@ -41,13 +51,17 @@ static gang_status set_model(double *alpha_ns, double *beta_ns) {
   return GANG_OK;
 }
 
+static uint64_t probe_ctx(void) {
+  return gang__mix64(0x6e657470726f6265ull) & ~PG_P2P_CTX_BIT;
+}
+
 /* One message of len bytes to (send) or from world rank peer. */
 static gang_status move(pg_world *w, int peer, bool send, void *buf, size_t len,
                         uint32_t tag, int64_t deadline) {
   gang__xfer x = {.peer = peer,
                   .send = send,
                   .tag = tag,
-                  .ctx = gang__mix64(0x6e657470726f6265ull) & ~PG_P2P_CTX_BIT,
+                  .ctx = probe_ctx(),
                   .seq = 0,
                   .buf = buf,
                   .len = len};
@@ -114,6 +128,108 @@ static gang_status probe(pg_world *w, int peer, bool leads, int64_t deadline,
   return GANG_OK;
 }
 
+/* Every rank: PROBE_WORLD_REPS dissemination barriers after one to warm
+ * up; *round_ns (rank 0's) gets their mean round. The mean, not a median
+ * of barriers: ranks enter skewed (rank 0's probe peer ends it a one-way
+ * delay sooner), and a skew between two ranks lasts through exchanges,
+ * one rank's round the delay plus the skew and the next's the delay less
+ * it, so single barriers scatter where their sum does not. Tags from 1000
+ * on (the pair's are below). */
+static gang_status world_rounds(pg_world *w, int rank, int size,
+                                int64_t deadline, double *round_ns) {
+  int rounds = 0;
+  for (int d = 1; d < size; d *= 2)
+    rounds++;
+  char out[8] = {0}, in[8];
+  uint32_t tag = 1000;
+  int64_t t0 = 0;
+  for (int rep = 0; rep <= PROBE_WORLD_REPS; rep++) {
+    if (rep == 1)
+      t0 = gang__now_ns();
+    for (int d = 1; d < size; d *= 2, tag++) {
+      gang__xfer x[2] = {{.peer = (rank + d) % size,
+                          .send = true,
+                          .tag = tag,
+                          .ctx = probe_ctx(),
+                          .buf = out,
+                          .len = sizeof out},
+                         {.peer = (rank - d + size) % size,
+                          .send = false,
+                          .tag = tag,
+                          .ctx = probe_ctx(),
+                          .buf = in,
+                          .len = sizeof in}};
+      GANG_CHECK(gang__fabric_run(w->fabric, x, 2, deadline, "link probe"));
+    }
+  }
+  *round_ns = (double)(gang__now_ns() - t0) / (PROBE_WORLD_REPS * rounds);
+  return GANG_OK;
+}
+
+/* The first rank of each host sends PROBE_BYTES to the next host's and
+ * receives the previous host's, all at once, PROBE_STREAM_REPS times
+ * after one to warm up; *beta_ns (rank 0's) gets what a byte of the
+ * median exchange took beyond alpha_ns (1 MiB exchanges last long beside
+ * the ranks' skew, and the median leaves out a descheduled one): a link's
+ * bandwidth while every host's is busy, as in the steps of a collective, where
+ * a switch (or the box's hub) carries them all. Tags from 2000 on. */
+static gang_status world_stream(pg_world *w, int rank, int size,
+                                int64_t deadline, double alpha_ns,
+                                double *beta_ns) {
+  int *lead = malloc(sizeof *lead * (size_t)size);
+  if (lead == NULL)
+    return gang__error(GANG_NO_MEMORY, "link probe: out of memory");
+  int h = 0, me = -1;
+  for (int i = 0; i < size; i++) {
+    bool first = true;
+    for (int j = 0; j < i && first; j++)
+      first = w->hosts[j] != w->hosts[i];
+    if (first) {
+      if (i == rank)
+        me = h;
+      lead[h++] = i;
+    }
+  }
+  if (me < 0 || h < 2) {
+    free(lead);
+    return GANG_OK;
+  }
+  char *buf = malloc(2 * PROBE_BYTES);
+  if (buf == NULL) {
+    free(lead);
+    return gang__error(GANG_NO_MEMORY, "link probe: out of memory");
+  }
+  memset(buf, 0, PROBE_BYTES);
+  gang_status st = GANG_OK;
+  int64_t t[PROBE_STREAM_REPS];
+  for (int rep = 0; rep <= PROBE_STREAM_REPS && st == GANG_OK; rep++) {
+    int64_t t0 = gang__now_ns();
+    gang__xfer x[2] = {{.peer = lead[(me + 1) % h],
+                        .send = true,
+                        .tag = 2000 + (uint32_t)rep,
+                        .ctx = probe_ctx(),
+                        .buf = buf,
+                        .len = PROBE_BYTES},
+                       {.peer = lead[(me - 1 + h) % h],
+                        .send = false,
+                        .tag = 2000 + (uint32_t)rep,
+                        .ctx = probe_ctx(),
+                        .buf = buf + PROBE_BYTES,
+                        .len = PROBE_BYTES}};
+    st = gang__fabric_run(w->fabric, x, 2, deadline, "link probe");
+    if (rep > 0) /* the first one warms the connections up */
+      t[rep - 1] = gang__now_ns() - t0;
+  }
+  if (st == GANG_OK) {
+    qsort(t, PROBE_STREAM_REPS, sizeof t[0], cmp_i64);
+    double one = (double)t[PROBE_STREAM_REPS / 2];
+    *beta_ns = (one - alpha_ns) / (double)PROBE_BYTES;
+  }
+  free(buf);
+  free(lead);
+  return st;
+}
+
 gang_status gang__pg_net_model(pg_world *w, int rank, int size, double crowd,
                                int64_t deadline) {
   GANG_CHECK(set_model(&w->net_alpha_ns, &w->net_beta_ns));
@@ -133,7 +249,7 @@ gang_status gang__pg_net_model(pg_world *w, int rank, int size, double crowd,
   char text[96];
   if (rank == 0) {
     const char *how = "set";
-    bool measure = peer >= 0 && on && !set;
+    bool measure = peer >= 0 && on && !set, probed = measure;
     pthread_mutex_lock(&cache_mu);
     if (measure && cached) {
       w->net_alpha_ns = cached_alpha_ns;
@@ -146,9 +262,17 @@ gang_status gang__pg_net_model(pg_world *w, int rank, int size, double crowd,
     snprintf(plan, sizeof plan, "%d", measure ? peer : -1);
     GANG_CHECK(
         gang_store_set(w->store, "pg/net-probe", plan, strlen(plan) + 1));
+    double round_ns = 0;
     if (measure) {
       GANG_CHECK(
           probe(w, peer, true, deadline, &w->net_alpha_ns, &w->net_beta_ns));
+      GANG_CHECK(world_rounds(w, rank, size, deadline, &round_ns));
+      if (round_ns > w->net_alpha_ns)
+        w->net_alpha_ns = round_ns;
+      double beta = 0;
+      GANG_CHECK(world_stream(w, rank, size, deadline, w->net_alpha_ns, &beta));
+      if (beta > w->net_beta_ns)
+        w->net_beta_ns = beta;
       how = "measured";
       pthread_mutex_lock(&cache_mu);
       cached = true;
@@ -160,12 +284,15 @@ gang_status gang__pg_net_model(pg_world *w, int rank, int size, double crowd,
      * of an exchange waits for its peer to get a CPU: at 8 ranks on 2
      * CPUs the ring's 14 steps took 2x halving-doubling's 6 at 2 MiB,
      * where the probe's alpha (taken while the others sat idle) chose
-     * the ring (docs/algorithms.md, "The link model"). */
-    char with[96] = "";
+     * the ring (docs/algorithms.md, "The link model"). A measured model
+     * has that in its world's rounds; the settings' is scaled. */
+    char with[128] = "";
     int o = 0;
     if (measure)
-      o = snprintf(with, sizeof with, " between rank 0 and rank %d", peer);
-    if (!set && crowd > 1) {
+      o = snprintf(with, sizeof with,
+                   " between rank 0 and rank %d; the world's round %.1f us",
+                   peer, round_ns / 1000);
+    if (!set && !probed && crowd > 1) {
       w->net_alpha_ns *= crowd;
       snprintf(with + o, sizeof with - (size_t)o,
                "; alpha x%.2g, the world's ranks per CPU here", crowd);
@@ -184,6 +311,11 @@ gang_status gang__pg_net_model(pg_world *w, int rank, int size, double crowd,
   if (asked == rank) {
     double a, b;
     GANG_CHECK(probe(w, 0, false, deadline, &a, &b));
+  }
+  if (asked > 0) { /* rank 0 measures: the world's rounds, everyone */
+    double round_ns, beta;
+    GANG_CHECK(world_rounds(w, rank, size, deadline, &round_ns));
+    GANG_CHECK(world_stream(w, rank, size, deadline, 0, &beta));
   }
   GANG_CHECK(gang_store_get(w->store, "pg/net", &v, &len));
   double a = 0, b = 0;
