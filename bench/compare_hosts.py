@@ -97,8 +97,9 @@ def note_model(args, coll, log):
 
 def predict(args, coll, algo, size):
     """The model's time (us) of the table's algorithm for a row of `size`
-    bytes, from gang-info --cost; None where the model does not price it
-    (shared memory, the two-level forms, barrier)."""
+    bytes, from gang-info --cost with the hosts' shape (the two-level
+    forms, and flat TCP's shared host links); None where the model does
+    not price it (shared memory)."""
     model = getattr(args, "models", {}).get(coll)
     if model is None or not algo:
         return None
@@ -107,7 +108,8 @@ def predict(args, coll, algo, size):
     gi = os.path.join(os.path.dirname(os.path.dirname(args.gang_bin)),
                       "gang-info", "gang-info")
     out = subprocess.run([gi, "--cost", coll, algo, str(block), str(n),
-                          str(model[0]), str(model[1])], capture_output=True,
+                          str(model[0]), str(model[1]), str(args.per_host)],
+                         capture_output=True,
                          text=True).stdout.strip()
     try:
         return float(out)
@@ -121,13 +123,18 @@ def sweep_markdown(coll, comb, args):
     each algorithm forced, the fastest, and whether the table's choice
     agrees: it is the fastest forced algorithm, or within 10 % of it (runs
     of one algorithm scatter about that much between repetitions here, and
-    more on a machine with more ranks than CPUs)."""
+    more on a machine with more ranks than CPUs). Beside it, the link
+    model's price of the table's choice against the time per call over
+    the timed loop (the median of the slowest rank's calls also holds the
+    ranks' entry skew, which across a delay lasts from call to call and
+    can double a one-step collective's time)."""
     forced = sweep_libs(args, coll)
     sizes = sorted({s for lib in ["gang"] + forced for s in comb.get(lib, {})})
-    head = ["size", "table's choice", "µs", "model µs"] + \
+    head = ["size", "table's choice", "µs", "µs/call (loop)", "model µs",
+            "loop/model"] + \
         [f"{lib.split(':', 1)[1]} µs" for lib in forced] + \
         ["fastest forced", "agrees"]
-    rows, agree, cells = [], 0, 0
+    rows, agree, cells, priced, near = [], 0, 0, 0, 0
     for s in sizes:
         auto = comb.get("gang", {}).get(s, {}).get("time_us")
         ts = {lib: comb.get(lib, {}).get(s, {}).get("time_us")
@@ -141,17 +148,28 @@ def sweep_markdown(coll, comb, args):
             cells += 1
             agree += ok
         model = predict(args, coll, name, s)
+        loop = comb.get("gang", {}).get(s, {}).get("loop_us")
+        ratio = "-"
         if model is not None:
             comb.setdefault("gang", {}).setdefault(s, {})["model_us"] = model
-        rows.append([fmt_size(s), name or "?", fmt_us(auto), fmt_us(model)] +
+            if loop and model > 0:
+                priced += 1
+                near += 0.8 <= loop / model <= 1.25
+                ratio = f"{loop / model:.2f}"
+        rows.append([fmt_size(s), name or "?", fmt_us(auto), fmt_us(loop),
+                     fmt_us(model), ratio] +
                     [fmt_us(ts[lib]) for lib in forced] +
                     [best.split(":", 1)[1] if best else "-",
                      "yes" if ok else "no"])
     out = [f"### {coll}: forced sweep ({agree} of {cells} sizes: the "
-           "table's choice is the fastest or within 10 % of it)", "",
+           "table's choice is the fastest or within 10 % of it; the model "
+           f"within 0.8-1.25x of the time per call in {near} of {priced})",
+           "",
            "| " + " | ".join(head) + " |",
            "|" + "---|" * len(head)]
     out += ["| " + " | ".join(r) + " |" for r in rows]
+    args.model_near = getattr(args, "model_near", {})
+    args.model_near[coll] = [near, priced]
     return "\n".join(out), agree, cells
 
 

@@ -109,8 +109,8 @@ def newer(target, sources):
 
 
 def build(build_dir, libs, gang_build=None):
-    """Builds gang-bench and gangrun (Release, unless an existing build
-    is given) and the peer programs."""
+    """Builds gang-bench, gangrun and gang-info (--sweep's prediction;
+    Release, unless an existing build is given) and the peer programs."""
     gdir = gang_build or os.path.join(build_dir, "gang")
     if gang_build is None and \
             not os.path.exists(os.path.join(gdir, "CMakeCache.txt")):
@@ -121,7 +121,7 @@ def build(build_dir, libs, gang_build=None):
     if gang_build is None:
         subprocess.run(["cmake", "--build", gdir, "-j",
                         str(os.cpu_count() or 2), "--target", "gang-bench",
-                        "gangrun"], check=True, stdout=subprocess.DEVNULL)
+                        "gangrun", "gang-info"], check=True, stdout=subprocess.DEVNULL)
     peers = os.path.join(REPO, "bench", "peers")
     # The measurement every program shares (bench/lib), compiled into each
     # peer program as gang-bench links it.
