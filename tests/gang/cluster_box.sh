@@ -85,14 +85,17 @@ min=$(sed -n 's/.*"size":8,.*"min_us":\([0-9.]*\),.*/\1/p' "$out/d0")
 echo "8 B all_reduce across a 2 ms one-way delay: median ${us:-?} us, fastest ${min:-?} us"
 awk -v m="${min:-0}" 'BEGIN { exit !(m >= 2000 && m <= 7000) }' ||
   bad "8 B all_reduce across 2 ms one way: median ${us:-?} us, fastest ${min:-?} us (want the fastest >= 2000 and <= 7000): $(tail -n 3 "$out/d0")"
-# The world measured the link at creation (GANG_NET_PROBE): alpha about
-# the delay, the bandwidth about the rate (12.5 MB/s).
+# The world measured the link at creation (GANG_NET_PROBE): alpha at
+# least the delay, the bandwidth about the rate (12.5 MB/s). Alpha is the
+# world's mean round, waits for a CPU included, so its bound is the
+# all_reduce's above: 2.5 ms alone, 4.5 ms seen beside the sanitizer
+# stage's other tests.
 model=$(grep -o "link model: alpha [0-9.]* us, bandwidth [0-9.e+-]* GB/s (measured" "$out/d0")
 echo "${model:-no link model measured}"
 a=$(echo "$model" | sed -n 's/.*alpha \([0-9.]*\) us.*/\1/p')
 bw=$(echo "$model" | sed -n 's/.*bandwidth \([0-9.e+-]*\) GB.*/\1/p')
-awk -v a="${a:-0}" -v b="${bw:-0}" 'BEGIN { exit !(a >= 1900 && a <= 3500 && b >= 0.008 && b <= 0.0135) }' ||
-  bad "measured link model '${model:-none}': want alpha 1900-3500 us and 0.008-0.0135 GB/s"
+awk -v a="${a:-0}" -v b="${bw:-0}" 'BEGIN { exit !(a >= 1900 && a <= 7000 && b >= 0.008 && b <= 0.0135) }' ||
+  bad "measured link model '${model:-none}': want alpha 1900-7000 us and 0.008-0.0135 GB/s"
 hubpid=$(cat "/run/gang-cluster/$name/hub.pid" 2>/dev/null)
 "$cluster" down
 # (a zombie until the machine's init reaps it: not running)
