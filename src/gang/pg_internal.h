@@ -60,8 +60,9 @@ typedef struct pg_world {
   atomic_bool diag_done;     /* ... and it is done with the store */
   atomic_bool flight_dumped; /* its gangs' flight records were dumped */
   gang__fabric *fabric;
-  gang__shm *shm;      /* this host's arena; NULL: no local peer or shm off */
-  int *hosts;          /* world rank -> host index (NULL for a world of one) */
+  gang__shm *shm; /* this host's arena; NULL: no local peer or shm off */
+  int *hosts; /* world rank -> its host's lowest world rank (NULL: a world of
+                one) */
   bool shm_everywhere; /* every host's ranks share memory (or are alone) */
   algo_choice choice;  /* GANG_ALGO's overrides */
   double net_alpha_ns, net_beta_ns; /* the link model (rank 0's settings) */

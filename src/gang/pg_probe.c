@@ -180,16 +180,12 @@ static gang_status world_stream(pg_world *w, int rank, int size,
   if (lead == NULL)
     return gang__error(GANG_NO_MEMORY, "link probe: out of memory");
   int h = 0, me = -1;
-  for (int i = 0; i < size; i++) {
-    bool first = true;
-    for (int j = 0; j < i && first; j++)
-      first = w->hosts[j] != w->hosts[i];
-    if (first) {
+  for (int i = 0; i < size; i++)
+    if (w->hosts[i] == i) { /* the first rank of its host */
       if (i == rank)
         me = h;
       lead[h++] = i;
     }
-  }
   if (me < 0 || h < 2) {
     free(lead);
     return GANG_OK;

@@ -178,8 +178,9 @@ typedef struct gang__shm_chan {
  * and GANG_SHM_DISABLE is not set, maps the arena. Collective over the
  * world. *out stays NULL (GANG_OK) when this rank has no local peer or
  * shared memory cannot be used (logged at INFO with the reason); hosts[]
- * (world size, caller's memory) receives each world rank's host index
- * (ranks on one host share it); *everywhere says whether every rank of the
+ * (world size, caller's memory) receives each world rank's host: the
+ * lowest world rank on that host (so hosts[i] == i for a host's first
+ * rank); *everywhere says whether every rank of the
  * world either has an arena or is alone on its host (the condition for
  * hierarchical collectives, the same answer on every rank); *kernel (may
  * be NULL) how many world ranks run on this kernel -- the same boot,
