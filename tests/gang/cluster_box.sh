@@ -89,13 +89,16 @@ awk -v m="${min:-0}" 'BEGIN { exit !(m >= 2000 && m <= 7000) }' ||
 # least the delay, the bandwidth about the rate (12.5 MB/s). Alpha is the
 # world's mean round, waits for a CPU included, so its bound is the
 # all_reduce's above: 2.5 ms alone, 4.5 ms seen beside the sanitizer
-# stage's other tests.
+# stage's other tests. The bandwidth is the hub's forwarding too: 11-12
+# MB/s alone or beside busy loops, 5.6 MB/s seen beside the TSan stage's
+# other tests, so the floor is a third of the rate (an unmeasured model,
+# the settings' 10 Gbit/s, is still far outside).
 model=$(grep -o "link model: alpha [0-9.]* us, bandwidth [0-9.e+-]* GB/s (measured" "$out/d0")
 echo "${model:-no link model measured}"
 a=$(echo "$model" | sed -n 's/.*alpha \([0-9.]*\) us.*/\1/p')
 bw=$(echo "$model" | sed -n 's/.*bandwidth \([0-9.e+-]*\) GB.*/\1/p')
-awk -v a="${a:-0}" -v b="${bw:-0}" 'BEGIN { exit !(a >= 1900 && a <= 7000 && b >= 0.008 && b <= 0.0135) }' ||
-  bad "measured link model '${model:-none}': want alpha 1900-7000 us and 0.008-0.0135 GB/s"
+awk -v a="${a:-0}" -v b="${bw:-0}" 'BEGIN { exit !(a >= 1900 && a <= 7000 && b >= 0.004 && b <= 0.0135) }' ||
+  bad "measured link model '${model:-none}': want alpha 1900-7000 us and 0.004-0.0135 GB/s"
 hubpid=$(cat "/run/gang-cluster/$name/hub.pid" 2>/dev/null)
 "$cluster" down
 # (a zombie until the machine's init reaps it: not running)
