@@ -447,7 +447,10 @@ static void test_kill9_survivors_go_on_and_restart_heals(void **state) {
   spawn_group(&s->ps, &c, 1, 1);
   assert_int_equal(reap_all(&s->ps, 90000), 0);
   assert_int_equal(check_done(s->log, c.target), 6);
-  /* The restarted group healed: its first commit is far past step 1. */
+  /* The restarted group healed: its first commit is past step 10, where
+   * the kill came (from scratch it would commit step 1 first). It may be
+   * step 11, the survivors' next: a restart that joins their next quorum
+   * heals in it. */
   int n = read_log(s->log, g_evs, MAX_LINES);
   int64_t first = -1;
   for (int i = 0; i < n && first < 0; i++)
@@ -455,7 +458,7 @@ static void test_kill9_survivors_go_on_and_restart_heals(void **state) {
         g_evs[i].inc == 1 && g_evs[i].commit)
       first = g_evs[i].step;
   printf("the restarted group's first commit: step %" PRId64 "\n", first);
-  assert_true(first > 11);
+  assert_true(first > 10);
   assert_true(check_never_back(s->log) == c.target);
   scene_end(s);
 }
