@@ -215,6 +215,10 @@ static bool shares_link(algo_id a) {
 static double hier_cost(algo_coll coll, const algo_facts *f);
 
 double gang__algo_cost(algo_coll coll, algo_id a, const algo_facts *f) {
+  /* Nothing to move: every algorithm returns at once (a barrier's
+   * messages are empty, and it is priced below). */
+  if (f->bytes == 0 && coll != ALGO_BARRIER)
+    return 0;
   if (a == ALGO_HIER)
     return hier_cost(coll, f);
   double p = f->size, n = (double)f->bytes, al = f->alpha_ns, be = f->beta_ns;

@@ -486,6 +486,20 @@ static void test_link_model(void **state) {
   f.bytes = 64;
   assert_int_equal(gang__algo_select(NULL, ALGO_ALL_GATHER, ALGO_PATH_TCP, &f),
                    ALGO_TCP_RING);
+  /* A call that moves nothing costs nothing, on every path (its
+   * algorithms return at once); a barrier's empty messages still cost
+   * lg p alpha. */
+  f.size = 8;
+  f.bytes = 0;
+  f.hosts = 4;
+  f.per_host = 2;
+  assert_true(gang__algo_cost(ALGO_ALL_GATHER, ALGO_TCP_BRUCK, &f) == 0);
+  assert_true(gang__algo_cost(ALGO_REDUCE_SCATTER, ALGO_TCP_RING, &f) == 0);
+  assert_true(gang__algo_cost(ALGO_ALL_REDUCE, ALGO_HIER, &f) == 0);
+  assert_true(gang__algo_cost(ALGO_BARRIER, ALGO_TCP_DISSEMINATION, &f) ==
+              3 * 1e4);
+  f.hosts = 0;
+  f.per_host = 0;
   /* Broadcast: scatter-allgather's formula, (lg p + p - 1) alpha + 2
    * (p-1)/p n beta, beats the tree's lg p (alpha + n beta) at 1 MiB and 8
    * members, but it measured slower here: the table takes the tree unless
