@@ -71,6 +71,21 @@ SWEEP = {"all_reduce": ["recursive_doubling", "halving_doubling", "ring"],
          "all_to_all": ["pairwise"], "barrier": ["dissemination"]}
 
 
+# A broadcast's root does not wait for the others, so back-to-back calls
+# overlap and neither the median nor the loop's time per call is one
+# call's. With --sweep across hosts gang also runs each broadcast with a
+# barrier before every call and, on the box's one clock, times the root's
+# entry to the last rank's exit ("gang_one"): what the model prices.
+ONE_CALL = ["--sync", "--arrival"]
+
+
+def one_call_libs(args, coll):
+    """The extra runs --sweep makes of coll across hosts: gang_one for a
+    broadcast."""
+    return ["gang_one"] if getattr(args, "hosts", 0) and \
+        coll == "broadcast" else []
+
+
 def sweep_libs(args, coll):
     """gang with each algorithm of coll forced ("gang:ring"), and the
     two-level form where hosts hold several ranks."""
@@ -127,11 +142,14 @@ def sweep_markdown(coll, comb, args):
     model's price of the table's choice against the time per call over
     the timed loop (the median of the slowest rank's calls also holds the
     ranks' entry skew, which across a delay lasts from call to call and
-    can double a one-step collective's time)."""
+    can double a one-step collective's time), or for a broadcast against
+    one call's time (ONE_CALL), as its calls overlap in a loop."""
     forced = sweep_libs(args, coll)
     sizes = sorted({s for lib in ["gang"] + forced for s in comb.get(lib, {})})
-    head = ["size", "table's choice", "µs", "µs/call (loop)", "model µs",
-            "loop/model"] + \
+    one = "gang_one" in comb
+    head = ["size", "table's choice", "µs",
+            "µs, one call (root to last)" if one else "µs/call (loop)",
+            "model µs", "measured/model"] + \
         [f"{lib.split(':', 1)[1]} µs" for lib in forced] + \
         ["fastest forced", "agrees"]
     rows, agree, cells, priced, near = [], 0, 0, 0, 0
@@ -144,11 +162,16 @@ def sweep_markdown(coll, comb, args):
         name = comb.get("gang", {}).get(s, {}).get("algo")
         ok = auto is not None and best is not None and (
             auto <= 1.1 * known[best] or name == best.split(":", 1)[1])
-        if auto is not None and best is not None:
+        # A call that moves nothing (all_gather's and reduce_scatter's
+        # blocks below one element) returns at once for every algorithm:
+        # no choice to make, and nothing to price.
+        empty = s == 0 and coll != "barrier"
+        if auto is not None and best is not None and not empty:
             cells += 1
             agree += ok
         model = predict(args, coll, name, s)
-        loop = comb.get("gang", {}).get(s, {}).get("loop_us")
+        loop = comb.get("gang_one", {}).get(s, {}).get("from_root_us") \
+            if one else comb.get("gang", {}).get(s, {}).get("loop_us")
         ratio = "-"
         if model is not None:
             comb.setdefault("gang", {}).setdefault(s, {})["model_us"] = model
@@ -189,7 +212,7 @@ def hosts_command(lib, bins, args, argv, store_dir):
     args.gang_bin = bins["gang-bench"]  # gang-info beside it: predict()
     over = k > (os.cpu_count() or 1) or np > (os.cpu_count() or 1)
     parts = []
-    if lib == "gang" or lib.startswith("gang:"):
+    if lib in ("gang", "gang_one") or lib.startswith("gang:"):
         HOSTS["port"] += 2
         for i in range(n):
             cmd = on_host(i, [bins["gangrun"], "--nnodes", str(n),

@@ -321,9 +321,10 @@ def bus_factor(coll, n):
 
 def combine(samples, coll, n):
     """samples[lib][size] = list of (time_us, algo, spread_us, after_us,
-    loop_us) over repetitions -> figures per lib and size: median time, its
-    busbw, reps, best algo, the median loop time per call, and with
-    --arrival the medians of the arrival split."""
+    loop_us[, from_root_us]) over repetitions -> figures per lib and size:
+    median time, its busbw, reps, best algo, the median loop time per call,
+    and with --arrival the medians of the arrival split (and of a
+    broadcast's time from the root's entry to the last exit)."""
     res = {}
     for lib, by_size in samples.items():
         res[lib] = {}
@@ -344,6 +345,9 @@ def combine(samples, coll, n):
             if split:
                 row["spread_us"] = statistics.median(v[2] for v in split)
                 row["after_last_us"] = statistics.median(v[3] for v in split)
+            roots = [v[5] for v in vals if len(v) > 5 and v[5] is not None]
+            if roots:
+                row["from_root_us"] = statistics.median(roots)
             res[lib][size] = row
     return res
 

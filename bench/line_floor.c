@@ -90,7 +90,7 @@ int main(int argc, char **argv) {
                    MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   /* Per process: the iterations' times, then bench/lib/arrival.h's
    * record. */
-  size_t per = 4 * (size_t)iters;
+  size_t per = 5 * (size_t)iters;
   double *times = mmap(NULL, 2 * per * sizeof *times, PROT_READ | PROT_WRITE,
                        MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (s == MAP_FAILED || times == MAP_FAILED) {
@@ -152,7 +152,7 @@ int main(int argc, char **argv) {
     if (i >= 0) {
       double *mt = times + (size_t)me * per;
       mt[i] = t1 - t0;
-      arrival_record(mt + iters, (size_t)iters, (size_t)i, t0, t1);
+      arrival_record(mt + iters, (size_t)iters, (size_t)i, t0, t1, 0);
     }
   }
   double period = (floor_now_us() - start) / (double)iters;
@@ -162,8 +162,9 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < per; i++) /* the MAX over the two */
     if (times[per + i] > times[i])
       times[i] = times[per + i];
-  double spread, after_last;
-  arrival_medians(times + iters, (size_t)iters, &spread, &after_last);
+  double spread, after_last, from_root;
+  arrival_medians(times + iters, (size_t)iters, &spread, &after_last,
+                  &from_root);
   qsort(times, (size_t)iters, sizeof *times, floor_cmp_double);
   /* The median as gang-bench takes it: the middle pair's mean when even. */
   double median = iters % 2 ? times[iters / 2]

@@ -119,7 +119,11 @@ static void usage(FILE *out, const bench_program *p) {
       "                        (medians; every rank on one machine)\n"
       "      --late-us N       rank 0 enters each timed call N us after the\n"
       "                        others (their CPU use while they wait is the\n"
-      "                        JSON's cpu_frac)\n");
+      "                        JSON's cpu_frac)\n"
+      "      --sync            an untimed barrier before each timed call, so\n"
+      "                        that calls never overlap (with --arrival, a\n"
+      "                        broadcast's time from the root's entry to the\n"
+      "                        last exit is a single call's)\n");
   if (p->algos)
     fprintf(out,
             "  -A, --algo NAME[,NAME...]\n"
@@ -247,7 +251,8 @@ enum {
   OPT_OUTPLACE,
   OPT_JSON,
   OPT_ARRIVAL,
-  OPT_LATE
+  OPT_LATE,
+  OPT_SYNC
 };
 
 int bench_parse_args(int argc, char **argv, const bench_program *p,
@@ -284,6 +289,7 @@ int bench_parse_args(int argc, char **argv, const bench_program *p,
       {"json", no_argument, NULL, OPT_JSON},
       {"arrival", no_argument, NULL, OPT_ARRIVAL},
       {"late-us", required_argument, NULL, OPT_LATE},
+      {"sync", no_argument, NULL, OPT_SYNC},
       {"help", no_argument, NULL, 'h'},
       {"algo", required_argument, NULL, 'A'}, /* last: only if p->algos */
       {NULL, 0, NULL, 0}};
@@ -374,6 +380,9 @@ int bench_parse_args(int argc, char **argv, const bench_program *p,
       break;
     case OPT_ARRIVAL:
       a->arrival = 1;
+      break;
+    case OPT_SYNC:
+      a->sync = 1;
       break;
     case OPT_LATE:
       rc = parse_int(flag, optarg, 0, 10000000, &a->late_us);

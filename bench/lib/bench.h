@@ -101,6 +101,7 @@ typedef struct bench_args {
   int json;
   int arrival; /* --arrival: entry spread and time after the last arrival */
   int late_us; /* --late-us: rank 0 enters each timed call this much later */
+  int sync;    /* --sync: an untimed barrier before each timed call */
   bench_coll coll;
   bench_dtype dtypes[BENCH_NDTYPE];
   int ndtypes;

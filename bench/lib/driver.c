@@ -65,7 +65,7 @@ typedef struct run_state {
   const bench_backend *b;
   const bench_args *a;
   double *times, *sorted; /* a->iters per-iteration times, us */
-  double *arrival;        /* --arrival: 3 * a->iters (arrival.h) */
+  double *arrival;        /* --arrival: 4 * a->iters (arrival.h) */
   unsigned char *send, *recv, *stage;
   /* Totals over the run, valid on every rank (reduced as rows go). */
   double bw_sum;
@@ -159,13 +159,16 @@ static int measure(run_state *st, const bench_call *c, bench_result *res) {
       goto out;
   double cpu0 = bench_cpu_us(), wall0 = now_us();
   for (size_t i = 0; i < n; i++) {
+    if (a->sync && (rc = b->barrier(b->ctx)) != 0)
+      goto out;
     bench_arrive_late(b->rank, a->late_us);
     double t0 = now_us();
     rc = b->run(b->ctx, c);
     double t1 = now_us();
     st->times[i] = t1 - t0;
     if (st->arrival != NULL)
-      arrival_record(st->arrival, n, i, t0, t1);
+      arrival_record(st->arrival, n, i, t0, t1,
+                     c->coll == BENCH_BROADCAST && c->root == b->rank);
     if (rc != 0)
       goto out;
   }
@@ -176,9 +179,10 @@ static int measure(run_state *st, const bench_call *c, bench_result *res) {
   if ((rc = b->max_f64(b->ctx, loop, 2)) != 0)
     goto out;
   if (st->arrival != NULL) {
-    if ((rc = b->max_f64(b->ctx, st->arrival, 3 * n)) != 0)
+    if ((rc = b->max_f64(b->ctx, st->arrival, 4 * n)) != 0)
       goto out;
-    arrival_medians(st->arrival, n, &res->spread_us, &res->after_last_us);
+    arrival_medians(st->arrival, n, &res->spread_us, &res->after_last_us,
+                    &res->from_root_us);
   }
   if ((rc = b->max_f64(b->ctx, st->times, n)) != 0)
     goto out;
@@ -288,40 +292,46 @@ static unsigned char *buffer(size_t bytes) {
   return p;
 }
 
-/* --arrival compares the ranks' clocks: every rank must be on this host.
- * With the ranks' ids the hosts are compared by name; without, by the
- * hashes of their names (exact in a double): the largest and the smallest
- * over the ranks, from one MAX of (h, -h). 0: one host, 2: several (rank 0
- * says so), 1: a reduction failed. */
+/* --arrival compares the ranks' clocks: every rank must run on this
+ * machine's kernel, whose CLOCK_MONOTONIC they then share. Host names do
+ * not tell (the cluster in a box's hosts are network namespaces of one
+ * kernel, each with its own name); the kernel's boot id does. Its hash
+ * (exact in a double), the largest and the smallest over the ranks, from
+ * one MAX of (h, -h). 0: one machine, 2: several (rank 0 says so, naming
+ * the hosts where the ranks' ids are known), 1: a reduction failed. */
 static int one_host(const bench_backend *b, const bench_rank_id *ids) {
-  if (ids != NULL) {
-    for (int r = 1; r < b->size; r++)
-      if (strncmp(ids[r].host, ids[0].host, sizeof ids[r].host) != 0) {
-        if (b->rank == 0)
-          fprintf(stderr,
-                  "%s: --arrival compares the ranks' clocks, so every rank "
-                  "must be on one host: rank %d is on %.59s, rank 0 on "
-                  "%.59s\n",
-                  b->program, r, ids[r].host, ids[0].host);
-        return 2;
-      }
-    return 0;
-  }
-  char host[256] = "";
-  gethostname(host, sizeof host - 1);
+  char boot[64] = "";
+  FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+  if (f == NULL || fgets(boot, sizeof boot, f) == NULL)
+    gethostname(boot, sizeof boot - 1); /* no /proc: the host's name */
+  if (f != NULL)
+    fclose(f);
   uint32_t h = 2166136261u; /* FNV-1a */
-  for (const char *p = host; *p; p++)
+  for (const char *p = boot; *p; p++)
     h = (h ^ (unsigned char)*p) * 16777619u;
   double v[2] = {(double)h, -(double)h};
   if (b->max_f64(b->ctx, v, 2) != 0)
     return 1;
   if (v[0] == -v[1])
     return 0;
-  if (b->rank == 0)
-    fprintf(stderr,
-            "%s: --arrival compares the ranks' clocks, so every rank must "
-            "be on one host; these ranks report different host names\n",
-            b->program);
+  if (b->rank == 0) {
+    int r = 1;
+    while (ids != NULL && r < b->size &&
+           strncmp(ids[r].host, ids[0].host, sizeof ids[r].host) == 0)
+      r++;
+    if (ids != NULL && r < b->size)
+      fprintf(stderr,
+              "%s: --arrival compares the ranks' clocks, so every rank "
+              "must be on one machine: rank %d is on %.59s, rank 0 on "
+              "%.59s\n",
+              b->program, r, ids[r].host, ids[0].host);
+    else
+      fprintf(stderr,
+              "%s: --arrival compares the ranks' clocks, so every rank "
+              "must be on one machine; these ranks run on different "
+              "kernels (boot ids)\n",
+              b->program);
+  }
   return 2;
 }
 
@@ -364,7 +374,7 @@ int bench_run(const bench_backend *b, const bench_args *a) {
   }
   st.times = calloc(n, sizeof *st.times);
   st.sorted = calloc(n, sizeof *st.sorted);
-  st.arrival = a->arrival ? calloc(3 * n, sizeof *st.arrival) : NULL;
+  st.arrival = a->arrival ? calloc(4 * n, sizeof *st.arrival) : NULL;
   /* Agree on whether every rank has its buffers, so that one rank short of
    * memory ends the run everywhere instead of leaving the others waiting. */
   int64_t ok = st.send && st.recv && st.stage && st.times && st.sorted &&

@@ -110,7 +110,7 @@ static void json_result(const bench_result *p, int has_bw, int arrival) {
     printf("\"wrong\":%lld", (long long)p->wrong);
   if (arrival) {
     printf(",");
-    arrival_json(p->spread_us, p->after_last_us);
+    arrival_json(p->spread_us, p->after_last_us, p->from_root_us);
   }
   printf("}");
 }
@@ -147,7 +147,8 @@ void bench_print_row(const bench_backend *b, const bench_args *a,
     if (a->arrival)
       arrival_print((const int[2]){out->ran, in->ran},
                     (const double[2]){out->spread_us, in->spread_us},
-                    (const double[2]){out->after_last_us, in->after_last_us});
+                    (const double[2]){out->after_last_us, in->after_last_us},
+                    (const double[2]){out->from_root_us, in->from_root_us});
   }
   fflush(stdout);
 }

@@ -17,7 +17,8 @@ typedef struct bench_result {
   double algbw, busbw;
   int64_t wrong;                   /* -1: not checked */
   double spread_us, after_last_us; /* --arrival only */
-  char chosen[48]; /* the algorithm the library says it ran, "": none */
+  double from_root_us; /* --arrival, a broadcast of one root: else NAN */
+  char chosen[48];     /* the algorithm the library says it ran, "": none */
 } bench_result;
 
 /* The table's header; `ids` lists the ranks, or is NULL. Nothing with

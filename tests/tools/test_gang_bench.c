@@ -526,6 +526,8 @@ static void test_arrival(void **state) {
     check_arrival_fields(line, "\"in_place\":");
   }
   assert_int_equal(rows, 3); /* 8, 64 and 512 bytes */
+  /* No root, no root's entry to measure from. */
+  assert_null(strstr(out, "from_root_us"));
   free(out);
 
   const char *table[] = {"--op", "barrier", "-n", "200", "--arrival", NULL};
@@ -554,6 +556,47 @@ static void test_arrival(void **state) {
   /* The table prints two decimals, the comment three. */
   if (!(spread <= t + 0.005 && after <= t + 0.005))
     fail_msg("barrier: time %g, spread %g, after last %g", t, spread, after);
+  free(out);
+}
+
+/* --sync --arrival of a broadcast: every placement also reports the
+ * median time from the root's entry to the last exit, which is positive
+ * (the last rank to leave has the root's data, which left no sooner than
+ * the root entered) and, with a barrier before each call, at most the
+ * slowest rank's time plus the spread of the entries in every iteration;
+ * the medians get a margin for that. The table's comment line says it
+ * too. */
+static void test_arrival_broadcast(void **state) {
+  (void)state;
+  const char *json[] = {"--op",      "broadcast", "-b", "8",  "-e",
+                        "64k",       "-f",        "8",  "-n", "100",
+                        "-w",        "5",         "-r", "1",  "--sync",
+                        "--arrival", "--json",    NULL};
+  char *out = run_bench(3, json);
+  int rows = 0;
+  char *save = NULL;
+  for (char *line = strtok_r(out, "\n", &save); line;
+       line = strtok_r(NULL, "\n", &save)) {
+    if (strncmp(line, "{\"summary\":", 11) == 0)
+      continue;
+    rows++;
+    for (int k = 0; k < 2; k++) {
+      const char *p = strstr(line, k ? "\"in_place\":" : "\"out_of_place\":");
+      assert_non_null(p);
+      assert_non_null(strstr(p, "from_root_us"));
+      double t = json_num(p, "time_us"), spread = json_num(p, "spread_us"),
+             root = json_num(p, "from_root_us");
+      if (!(root > 0 && root <= 2 * (t + spread) + 50))
+        fail_msg("broadcast: time %g, spread %g, from the root %g", t, spread,
+                 root);
+    }
+  }
+  assert_int_equal(rows, 5); /* 8 B to 32 KiB */
+  free(out);
+  const char *table[] = {"--op", "broadcast", "-b",     "4k",        "-e", "4k",
+                         "-n",   "50",        "--sync", "--arrival", NULL};
+  out = run_bench(2, table);
+  assert_non_null(strstr(out, ", root's entry to last exit "));
   free(out);
 }
 
@@ -624,6 +667,7 @@ int main(void) {
       GT_TEST(test_all_types_and_ops),
       GT_TEST(test_16_ranks_oversubscribed),
       GT_TEST(test_arrival),
+      GT_TEST(test_arrival_broadcast),
       GT_TEST(test_gang_mem_buffers),
       GT_TEST(test_copy_floor),
   };
