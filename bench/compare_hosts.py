@@ -101,13 +101,19 @@ MODEL_LINE = re.compile(r"link model: alpha ([0-9.]+) us, bandwidth "
                         r"([0-9.e+-]+) GB/s")
 
 
+ONE_FLOW = re.compile(r"one flow ([0-9.e+-]+) GB/s")
+
+
 def note_model(args, coll, log):
     """The link model the table's run of coll used (rank 0's INFO line),
-    kept in args.models[coll] as (alpha us, GB/s)."""
+    kept in args.models[coll] as (alpha us, GB/s, one flow's GB/s)."""
     m = MODEL_LINE.search(log or "")
     if m:
+        one = ONE_FLOW.search(log or "")
         args.models = getattr(args, "models", {})
-        args.models[coll] = (float(m.group(1)), float(m.group(2)))
+        args.models[coll] = (float(m.group(1)), float(m.group(2)),
+                             float(one.group(1)) if one
+                             else float(m.group(2)))
 
 
 def predict(args, coll, algo, size):
@@ -123,7 +129,8 @@ def predict(args, coll, algo, size):
     gi = os.path.join(os.path.dirname(os.path.dirname(args.gang_bin)),
                       "gang-info", "gang-info")
     out = subprocess.run([gi, "--cost", coll, algo, str(block), str(n),
-                          str(model[0]), str(model[1]), str(args.per_host)],
+                          str(model[0]), str(model[1]), str(args.per_host),
+                          str(model[2])],
                          capture_output=True,
                          text=True).stdout.strip()
     try:

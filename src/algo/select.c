@@ -214,6 +214,21 @@ static bool shares_link(algo_id a) {
 
 static double hier_cost(algo_coll coll, const algo_facts *f);
 
+/* Beta of a step where 2^k of the links (a host's each) carry a flow: a
+ * switch whose whole capacity gives every one of the links' flows
+ * beta_ns gives 2^k of them beta_ns 2^k / links each, but none faster
+ * than one flow alone (beta_one_ns). */
+static double step_beta(const algo_facts *f, int k) {
+  double be = f->beta_ns, one = f->beta_one_ns;
+  if (one <= 0 || one >= be)
+    return be;
+  int links = f->hosts > 1 ? f->hosts : f->size;
+  double shared = be * (double)(1 << k) / links;
+  if (shared > be)
+    shared = be;
+  return shared > one ? shared : one;
+}
+
 double gang__algo_cost(algo_coll coll, algo_id a, const algo_facts *f) {
   /* Nothing to move: every algorithm returns at once (a barrier's
    * messages are empty, and it is priced below). */
@@ -242,8 +257,12 @@ double gang__algo_cost(algo_coll coll, algo_id a, const algo_facts *f) {
              (double)(p2 - 1) / p2 * n * REDUCE_NS_PER_BYTE;
     return 0;
   case ALGO_BROADCAST:
-    if (a == ALGO_TCP_BINOMIAL)
-      return lg * (al + n * be);
+    if (a == ALGO_TCP_BINOMIAL) { /* step k: 2^k senders */
+      double t = 0;
+      for (int k = 0; k < lg; k++)
+        t += al + n * step_beta(f, k);
+      return t;
+    }
     if (a == ALGO_TCP_SAG)
       return (lg + p - 1) * al + 2 * (p - 1) / p * n * be;
     return 0;

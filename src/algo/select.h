@@ -78,8 +78,12 @@ typedef struct algo_facts {
   bool oversubscribed; /* more local ranks than CPUs */
   bool cma_forced;     /* GANG_SHM_CMA=1: single copy even oversubscribed */
   /* The links' model for TCP (docs/algorithms.md): a message of m bytes
-   * costs alpha_ns + m * beta_ns. Zero: no model (the rules' order). */
-  double alpha_ns, beta_ns;
+   * costs alpha_ns + m * beta_ns. Zero: no model (the rules' order).
+   * beta_ns holds while every host sends at once; beta_one_ns, where
+   * less, is one flow's alone (a switch shared by fewer flows gives each
+   * more): a tree's steps with fewer senders are priced between the two.
+   * 0: beta_ns throughout. */
+  double alpha_ns, beta_ns, beta_one_ns;
   /* A gang over several hosts with shared memory on each (0 otherwise):
    * its hosts and the most members any has. The two-level form is priced
    * with them, and flat TCP with a host's link shared by its members in

@@ -75,7 +75,8 @@ algo_facts gang__pg_tcp_facts(const pg_world *w, const gang__coll *c,
                       .count = c->count,
                       .size = size,
                       .alpha_ns = w->net_alpha_ns,
-                      .beta_ns = w->net_beta_ns};
+                      .beta_ns = w->net_beta_ns,
+                      .beta_one_ns = w->net_beta_one_ns};
 }
 
 void gang__pg_chan_start(gang__shm_chan *ch, gang_t *g, const gang_work *w) {

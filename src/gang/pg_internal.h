@@ -66,7 +66,8 @@ typedef struct pg_world {
   bool shm_everywhere; /* every host's ranks share memory (or are alone) */
   algo_choice choice;  /* GANG_ALGO's overrides */
   double net_alpha_ns, net_beta_ns; /* the link model (rank 0's settings) */
-  char name[256];                   /* the store address: the world's name */
+  double net_beta_one_ns; /* beta of one flow alone (0: net_beta_ns) */
+  char name[256];         /* the store address: the world's name */
   /* The process's exit with the world open (pg_exit.c). */
   pid_t pid;                  /* the process that made it */
   int64_t linger_ms;          /* GANG_STORE_LINGER, for the store's host */

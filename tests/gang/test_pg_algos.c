@@ -500,6 +500,21 @@ static void test_link_model(void **state) {
               3 * 1e4);
   f.hosts = 0;
   f.per_host = 0;
+  /* A tree's steps with fewer senders than links: with one flow's beta a
+   * quarter of the all-at-once beta, 8 members' binomial broadcast pays
+   * max(1/4, 2^k/8) per byte at step k: 1/4, 1/4, 1/2. Without it, beta
+   * throughout. */
+  f.bytes = 4096;
+  double bn = (double)f.bytes;
+  assert_true(gang__algo_cost(ALGO_BROADCAST, ALGO_TCP_BINOMIAL, &f) ==
+              3 * (1e4 + bn));
+  f.beta_one_ns = 0.25;
+  assert_true(gang__algo_cost(ALGO_BROADCAST, ALGO_TCP_BINOMIAL, &f) ==
+              3 * 1e4 + bn * (0.25 + 0.25 + 0.5));
+  /* The ring's steps load every link at once: beta. */
+  assert_true(gang__algo_cost(ALGO_ALL_GATHER, ALGO_TCP_RING, &f) ==
+              7 * (1e4 + bn));
+  f.beta_one_ns = 0;
   /* Broadcast: scatter-allgather's formula, (lg p + p - 1) alpha + 2
    * (p-1)/p n beta, beats the tree's lg p (alpha + n beta) at 1 MiB and 8
    * members, but it measured slower here: the table takes the tree unless

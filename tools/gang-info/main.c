@@ -23,7 +23,7 @@
 static void usage(FILE *out) {
   fprintf(out, "usage: gang-info [--algorithms] [--help]\n"
                "       gang-info --cost COLL ALGO BYTES MEMBERS ALPHA_US "
-               "GBPS [PER_HOST]\n"
+               "GBPS [PER_HOST [ONE_GBPS]]\n"
                "Prints gang's version, build options, settings and the table\n"
                "that chooses collective algorithms; --algorithms: only the "
                "table\n"
@@ -55,7 +55,9 @@ static int print_algorithms(void) {
  * one member's block otherwise), alpha in us, bandwidth in GB/s, and
  * optionally the members per host (MEMBERS a multiple of it: hosts with
  * shared memory, which prices the two-level form and a host's shared link
- * over flat TCP). Prints "none" for an algorithm the model does not price.
+ * over flat TCP), and the bandwidth of one flow alone (GB/s, at least
+ * GBPS; a tree's steps with fewer senders than hosts get between the two).
+ * Prints "none" for an algorithm the model does not price.
  * For bench/compare's prediction beside each measured cell. */
 static int print_cost(int argc, char **argv) {
   algo_coll coll = ALGO_COLL_COUNT;
@@ -66,26 +68,29 @@ static int print_cost(int argc, char **argv) {
   for (int a = 0; a < ALGO_COUNT; a++)
     if (strcmp(argv[1], gang__algo_name((algo_id)a)) == 0)
       algo = (algo_id)a;
-  char *end[5];
+  char *end[6];
   double bytes = strtod(argv[2], &end[0]), members = strtod(argv[3], &end[1]);
   double alpha = strtod(argv[4], &end[2]), gbps = strtod(argv[5], &end[3]);
   double per = argc > 6 ? strtod(argv[6], &end[4]) : 1;
+  double one = argc > 7 ? strtod(argv[7], &end[5]) : gbps;
   int bad = coll == ALGO_COLL_COUNT || algo == ALGO_COUNT;
   for (int i = 0; i < argc - 2; i++)
     bad |= *end[i] != '\0' || end[i] == argv[2 + i];
   if (bad || bytes < 0 || members < 1 || alpha <= 0 || gbps <= 0 || per < 1 ||
-      per > members || (int)members % (int)per != 0) {
+      per > members || (int)members % (int)per != 0 || one < gbps) {
     fprintf(stderr, "gang-info --cost: want a collective and an algorithm "
                     "as gang-info --algorithms names them, bytes >= 0, "
-                    "members >= 1, alpha (us) and bandwidth (GB/s) > 0, and "
-                    "members per host (optional) dividing members\n");
+                    "members >= 1, alpha (us) and bandwidth (GB/s) > 0, "
+                    "members per host (optional) dividing members, and one "
+                    "flow's bandwidth (optional) at least the bandwidth\n");
     return 2;
   }
   algo_facts f = {.bytes = (size_t)bytes,
                   .count = SIZE_MAX,
                   .size = (int)members,
                   .alpha_ns = alpha * 1000,
-                  .beta_ns = 1 / gbps};
+                  .beta_ns = 1 / gbps,
+                  .beta_one_ns = 1 / one};
   if (per > 1 && per < members) {
     f.per_host = (int)per;
     f.hosts = (int)(members / per);
@@ -101,7 +106,7 @@ static int print_cost(int argc, char **argv) {
 int main(int argc, char **argv) {
   if (argc == 2 && strcmp(argv[1], "--algorithms") == 0)
     return print_algorithms();
-  if ((argc == 8 || argc == 9) && strcmp(argv[1], "--cost") == 0)
+  if (argc >= 8 && argc <= 10 && strcmp(argv[1], "--cost") == 0)
     return print_cost(argc - 2, argv + 2);
   if (argc > 1) {
     int help = strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0;
