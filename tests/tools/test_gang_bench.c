@@ -506,13 +506,11 @@ static void check_arrival_fields(const char *line, const char *placement) {
              after);
 }
 
-static void test_arrival(void **state) {
-  (void)state;
-  const char *json[] = {"--op", "all_reduce", "-b",        "8",      "-e", "1k",
-                        "-f",   "8",          "-n",        "200",    "-w", "10",
-                        "-c",   "1",          "--arrival", "--json", NULL};
-  char *out = run_bench(2, json);
-  int rows = 0;
+/* The JSON rows of gang-bench's output (the summary left out), each
+ * checked to be one JSON value, split in place: their number, at most
+ * cap of them in rows. */
+static int json_rows(char *out, char **rows, int cap) {
+  int n = 0;
   char *save = NULL;
   for (char *line = strtok_r(out, "\n", &save); line;
        line = strtok_r(NULL, "\n", &save)) {
@@ -520,14 +518,28 @@ static void test_arrival(void **state) {
       continue;
     const char *end = json_value(line);
     if (end == NULL || *ws(end) != '\0')
-      fail_msg("--arrival: not one JSON value: %s", line);
-    rows++;
-    check_arrival_fields(line, "\"out_of_place\":");
-    check_arrival_fields(line, "\"in_place\":");
+      fail_msg("not one JSON value: %s", line);
+    if (n < cap)
+      rows[n] = line;
+    n++;
   }
-  assert_int_equal(rows, 3); /* 8, 64 and 512 bytes */
-  /* No root, no root's entry to measure from. */
-  assert_null(strstr(out, "from_root_us"));
+  return n;
+}
+
+static void test_arrival(void **state) {
+  (void)state;
+  const char *json[] = {"--op", "all_reduce", "-b",        "8",      "-e", "1k",
+                        "-f",   "8",          "-n",        "200",    "-w", "10",
+                        "-c",   "1",          "--arrival", "--json", NULL};
+  char *out = run_bench(2, json);
+  char *rows[8];
+  assert_int_equal(json_rows(out, rows, 8), 3); /* 8, 64 and 512 bytes */
+  for (int i = 0; i < 3; i++) {
+    check_arrival_fields(rows[i], "\"out_of_place\":");
+    check_arrival_fields(rows[i], "\"in_place\":");
+    /* No root, no root's entry to measure from. */
+    assert_null(strstr(rows[i], "from_root_us"));
+  }
   free(out);
 
   const char *table[] = {"--op", "barrier", "-n", "200", "--arrival", NULL};
@@ -573,15 +585,12 @@ static void test_arrival_broadcast(void **state) {
                         "-w",        "5",         "-r", "1",  "--sync",
                         "--arrival", "--json",    NULL};
   char *out = run_bench(3, json);
-  int rows = 0;
-  char *save = NULL;
-  for (char *line = strtok_r(out, "\n", &save); line;
-       line = strtok_r(NULL, "\n", &save)) {
-    if (strncmp(line, "{\"summary\":", 11) == 0)
-      continue;
-    rows++;
+  char *rows[8];
+  assert_int_equal(json_rows(out, rows, 8), 5); /* 8 B to 32 KiB */
+  for (int i = 0; i < 5; i++) {
     for (int k = 0; k < 2; k++) {
-      const char *p = strstr(line, k ? "\"in_place\":" : "\"out_of_place\":");
+      const char *p =
+          strstr(rows[i], k ? "\"in_place\":" : "\"out_of_place\":");
       assert_non_null(p);
       assert_non_null(strstr(p, "from_root_us"));
       double t = json_num(p, "time_us"), spread = json_num(p, "spread_us"),
@@ -591,7 +600,6 @@ static void test_arrival_broadcast(void **state) {
                  root);
     }
   }
-  assert_int_equal(rows, 5); /* 8 B to 32 KiB */
   free(out);
   const char *table[] = {"--op", "broadcast", "-b",     "4k",        "-e", "4k",
                          "-n",   "50",        "--sync", "--arrival", NULL};
