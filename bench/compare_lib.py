@@ -431,10 +431,17 @@ def loop_table(sizes, comb, libs, peers):
 def arrival_table(sizes, comb, libs, peers):
     """--arrival: each library's time split into the spread of the ranks'
     entries and the time after the last arrival (medians over
-    repetitions of the programs' medians), and gang/peer of the latter."""
+    repetitions of the programs' medians), and gang/peer of the latter;
+    for a broadcast also the time from the root's entry to the last exit
+    and gang/peer of it (with --sync, one call's time)."""
+    rooted = any("from_root_us" in comb.get(lib, {}).get(s, {})
+                 for lib in libs for s in sizes)
     head = ["size"] + [f"{LABEL[lib]} spread + after last µs"
                        for lib in libs] + \
         [f"after last gang/{LABEL[p]}" for p in peers]
+    if rooted:
+        head += [f"{LABEL[lib]} root to last µs" for lib in libs] + \
+            [f"root to last gang/{LABEL[p]}" for p in peers]
     lines = ["", "Arrival split (docs/benchmarking.md):", "",
              "| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
     for s in sizes:
@@ -451,6 +458,14 @@ def arrival_table(sizes, comb, libs, peers):
                 g.get("after_last_us") is not None
             cells.append(f"{g['after_last_us'] / r['after_last_us']:.2f}"
                          if ok else "—")
+        if rooted:
+            roots = {lib: comb.get(lib, {}).get(s, {}).get("from_root_us")
+                     for lib in libs}
+            cells += [f"{roots[lib]:.3f}" if roots[lib] else "—"
+                      for lib in libs]
+            cells += [f"{roots['gang'] / roots[p]:.2f}"
+                      if roots.get("gang") and roots.get(p) else "—"
+                      for p in peers]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
