@@ -177,16 +177,16 @@ def sweep_markdown(coll, comb, args):
             cells += 1
             agree += ok
         model = predict(args, coll, name, s)
-        loop = comb.get("gang_one", {}).get(s, {}).get("from_root_us") \
+        measured = comb.get("gang_one", {}).get(s, {}).get("from_root_us") \
             if one else comb.get("gang", {}).get(s, {}).get("loop_us")
         ratio = "-"
         if model is not None:
             comb.setdefault("gang", {}).setdefault(s, {})["model_us"] = model
-            if loop and model > 0:
+            if measured and model > 0:
                 priced += 1
-                near += 0.8 <= loop / model <= 1.25
-                ratio = f"{loop / model:.2f}"
-        rows.append([fmt_size(s), name or "?", fmt_us(auto), fmt_us(loop),
+                near += 0.8 <= measured / model <= 1.25
+                ratio = f"{measured / model:.2f}"
+        rows.append([fmt_size(s), name or "?", fmt_us(auto), fmt_us(measured),
                      fmt_us(model), ratio] +
                     [fmt_us(ts[lib]) for lib in forced] +
                     [best.split(":", 1)[1] if best else "-",
