@@ -193,7 +193,9 @@ def sweep_markdown(coll, comb, args):
                      "yes" if ok else "no"])
     out = [f"### {coll}: forced sweep ({agree} of {cells} sizes: the "
            "table's choice is the fastest or within 10 % of it; the model "
-           f"within 0.8-1.25x of the time per call in {near} of {priced})",
+           "within 0.8-1.25x of "
+           f"{'one call' if one else 'the time per call'} in {near} of "
+           f"{priced})",
            "",
            "| " + " | ".join(head) + " |",
            "|" + "---|" * len(head)]
