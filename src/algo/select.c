@@ -289,12 +289,6 @@ double gang__algo_cost(algo_coll coll, algo_id a, const algo_facts *f) {
   }
 }
 
-/* The table's TCP algorithm for f (unforced), priced. */
-static double tcp_cost(algo_coll coll, const algo_facts *f) {
-  return gang__algo_cost(coll, gang__algo_select(NULL, coll, ALGO_PATH_TCP, f),
-                         f);
-}
-
 /* The two-level forms of pg_hier.c, step by step: the local steps among a
  * host's l members (none where l is 1) as SHM_STEP_NS each and their
  * copies and reduces at memory speed (a local broadcast one copy: the
@@ -313,23 +307,24 @@ static double hier_cost(algo_coll coll, const algo_facts *f) {
   among.hosts = among.per_host = 0;
   switch (coll) {
   case ALGO_BARRIER: /* the host's, the leaders', the host's again */
-    return 2 * s + tcp_cost(coll, &among);
+    return 2 * s + gang__algo_cost_path(coll, ALGO_PATH_TCP, &among);
   case ALGO_ALL_REDUCE: /* staged in, each member's part reduced, copied
                            out; among the leaders; the leader's result
                            broadcast */
-    return 2 * s + n * (2 * c + (l - 1.0) / l * r) + tcp_cost(coll, &among) +
-           s + n * c;
+    return 2 * s + n * (2 * c + (l - 1.0) / l * r) +
+           gang__algo_cost_path(coll, ALGO_PATH_TCP, &among) + s + n * c;
   case ALGO_BROADCAST: /* among the root and the leaders, then each host */
-    return tcp_cost(coll, &among) + s + n * c;
+    return gang__algo_cost_path(coll, ALGO_PATH_TCP, &among) + s + n * c;
   case ALGO_ALL_GATHER: /* the host's blocks, the hosts' parts, the whole
                            result to the host */
     among.bytes = f->bytes * (size_t)l;
     among.count = f->count == SIZE_MAX ? SIZE_MAX : f->count * (size_t)l;
-    return s + (1 + l) * n * c + tcp_cost(coll, &among) + s + p * n * c;
+    return s + (1 + l) * n * c +
+           gang__algo_cost_path(coll, ALGO_PATH_TCP, &among) + s + p * n * c;
   case ALGO_REDUCE_SCATTER: /* the input packed by local index, reduced
                                in the host, then along the rail */
     return p * n * COPY_NS_PER_BYTE + s + p * n * (c + r) +
-           tcp_cost(coll, &among);
+           gang__algo_cost_path(coll, ALGO_PATH_TCP, &among);
   default:
     return 0;
   }
