@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "harness/harness.h"
 
@@ -119,9 +120,15 @@ gang_status join_wait(replica *r) {
   return r->jst;
 }
 
+/* A failed join ends the process, not only the test: cmocka's failure
+ * unwinds out of the test's frame, where the replicas live, while their
+ * heartbeat threads go on reading them. */
 void join_ok(replica *r) {
-  if (join_wait(r) != GANG_OK)
-    fail_msg("%s: join failed (%d): %s", r->id, r->jst, r->jerr);
+  if (join_wait(r) == GANG_OK)
+    return;
+  fprintf(stderr, "FAILED: %s: join failed (%d): %s\n", r->id, r->jst, r->jerr);
+  fflush(NULL);
+  _exit(1);
 }
 
 void replica_free(replica *r) {
