@@ -2,8 +2,11 @@
 under gangrun with 1, 2 and 4 ranks (those that fail alike at every size
 with one and four, or two and four); where an example all_reduces over the
 world its result is compared with torch.distributed's Gloo on the same
-input."""
+input. One gangrun per world size runs every example of that size
+(run_seed.py --batch: each in a process of its own, forked after torch's
+import), and each example's test reads its lines in that run's output."""
 
+import json
 import os
 
 import pytest
@@ -40,13 +43,27 @@ CASES = {
 }
 
 
+_batches = {}
+
+
+def batch(nproc, tmp_path_factory):
+    """The output of one gangrun of every example that runs at nproc."""
+    if nproc not in _batches:
+        specs = [
+            {"example": os.path.join(SEEDS, e), "expect": CASES[e][0](nproc), "compare": CASES[e][1]}
+            for e in sorted(CASES)
+            if nproc in CASES[e][2]
+        ]
+        gloo = tmp_path_factory.mktemp(f"gloo{nproc}")
+        _batches[nproc] = gangrun(
+            nproc, os.path.join(SEEDS, "run_seed.py"), "--batch", json.dumps(specs), "--gloo-dir", str(gloo), expect_rc=None
+        )
+    return _batches[nproc]
+
+
 @pytest.mark.parametrize("example,nproc", [(e, n) for e in sorted(CASES) for n in CASES[e][2]])
-def test_seed_example(example, nproc):
-    expect, compare, _ = CASES[example]
-    args = [os.path.join(SEEDS, example), "--expect", expect(nproc)]
-    if compare:
-        args.append("--compare-world")
-    out = gangrun(nproc, os.path.join(SEEDS, "run_seed.py"), *args)
+def test_seed_example(example, nproc, tmp_path_factory):
+    out = batch(nproc, tmp_path_factory)
     for r in range(nproc):
         assert f"SEED OK {example}" in rank_lines(out, r), out
 
@@ -58,13 +75,13 @@ def test_device_mesh_example_on_8_ranks():
         assert "SEED OK torch_device_mesh.py" in rank_lines(out, r), out
 
 
-def test_fairseq2_api_basic_output():
-    out = gangrun(1, os.path.join(SEEDS, "run_seed.py"), os.path.join(SEEDS, "fairseq2_api_basic.py"))
+def test_fairseq2_api_basic_output(tmp_path_factory):
+    out = batch(1, tmp_path_factory)
     assert "[rank0]:Root gang size: 1" in out and "[rank0]:Data parallel gang size: 1" in out, out
 
 
-def test_tp2_example_prints_layout():
-    out = gangrun(4, os.path.join(SEEDS, "run_seed.py"), os.path.join(SEEDS, "fairseq2_api_distributed.py"))
+def test_tp2_example_prints_layout(tmp_path_factory):
+    out = batch(4, tmp_path_factory)
     for r in range(4):
         lines = rank_lines(out, r)
         assert f"Process rank: {r}" in lines and "World size: 4" in lines and "TP gang size: 2" in lines, out
