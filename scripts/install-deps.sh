@@ -10,9 +10,10 @@ set -eu
 # pip, setuptools, wheel and venv. PMIx's headers build the rendezvous
 # through a launcher's PMIx server, which the tests run under Open MPI's
 # mpirun and Slurm (slurm-wlm, munge) across the cluster in a box.
+# Ninja builds the trees scripts/test.sh makes (less overhead than Make).
 # Headless Chromium opens the lighthouse's status page in test_lh_tool
 # (its script, its DOM and a screenshot), as an operator's browser would.
-need="cmake gcc g++ make pkg-config libssl-dev libcmocka-dev chromium
+need="cmake ninja-build gcc g++ make pkg-config libssl-dev libcmocka-dev chromium
   python3 python3-dev python3-numpy python3-torch libtorch-dev python3-pytest
   python3-pip python3-setuptools python3-wheel python3-venv
   libpmix-dev openmpi-bin slurm-wlm munge"
