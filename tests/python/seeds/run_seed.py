@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import re
-import runpy
 import sys
 import tempfile
 import traceback
