@@ -215,7 +215,7 @@ static void usage(const char *me) {
   fprintf(stderr,
           "usage: %s --lighthouse HOST:PORT [--group NAME] [--steps N]\n"
           "          [--state-mib M] [--timeout-ms T] [--step-ms S]\n"
-          "          [--same-data] [--dump DIR]\n"
+          "          [--same-data] [--dump DIR] [--steps-file F]\n"
           "  --lighthouse   the lighthouse (or $GANG_LIGHTHOUSE)\n"
           "  --group        this replica group's name (default: the run id)\n"
           "  --steps        steps to commit (200)\n"
@@ -224,7 +224,9 @@ static void usage(const char *me) {
           "  --step-ms      extra compute time per step (0)\n"
           "  --same-data    every group on the whole batch, from one start\n"
           "  --dump DIR     write this rank's parameters to "
-          "DIR/<group>.rank<r>.f32\n",
+          "DIR/<group>.rank<r>.f32\n"
+          "  --steps-file F fewer steps, if F holds a smaller number (read "
+          "every step)\n",
           me);
 }
 
@@ -236,13 +238,28 @@ static void fatal_exit(gang_status st, const char *what) {
   exit(3);
 }
 
+/* The steps to commit: `steps`, or fewer where --steps-file names a file
+ * that holds a smaller number (examples/train_ft.py --end-after-faults
+ * writes it, with a margin of steps, once its faults are over). Read at
+ * every step by every rank: the number is written once and is ahead of
+ * every group's step then, so the group's ranks all see it in time. */
+static int64_t steps_now(const char *file, int64_t steps) {
+  FILE *f = file != NULL ? fopen(file, "r") : NULL;
+  if (f == NULL)
+    return steps;
+  long long v = 0;
+  bool ok = fscanf(f, "%lld", &v) == 1;
+  fclose(f);
+  return ok && v > 0 && v < steps ? (int64_t)v : steps;
+}
+
 int main(int argc, char **argv) {
   const char *lighthouse = getenv("GANG_LIGHTHOUSE");
   const char *group_name = getenv("GANG_RUN_ID"); /* gangrun sets it */
   int64_t steps = 200, timeout_ms = 1000;
   int state_mib = 0, step_ms = 0;
   bool same_data = false;
-  const char *dump = NULL;
+  const char *dump = NULL, *steps_file = NULL;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "--same-data")) {
@@ -267,6 +284,8 @@ int main(int argc, char **argv) {
       step_ms = atoi(v);
     else if (!strcmp(a, "--dump"))
       dump = v;
+    else if (!strcmp(a, "--steps-file"))
+      steps_file = v;
     else {
       usage(argv[0]);
       return 2;
@@ -328,7 +347,7 @@ int main(int argc, char **argv) {
            group_name, gang_manager_replica_id(m), size, lighthouse, steps);
   fflush(stdout);
 
-  while (gang_manager_step(m) < steps) {
+  while (gang_manager_step(m) < (steps = steps_now(steps_file, steps))) {
     gang_status ms = gang_manager_start_quorum(m, true, false);
     if (ms != GANG_OK)
       fatal_exit(ms, "gang_manager_start_quorum");

@@ -7,7 +7,8 @@ from the others. Then it checks what must hold whatever failed:
   oracle      with --same-data (the default) every group trains on the
               same data, so each group's rank r must end with the
               parameters of a fault-free run (one group, no faults, run
-              first), within --tolerance (relative)
+              first, or last with --end-after-faults), within
+              --tolerance (relative)
   never back  the job's committed step -- the highest step the latest
               incarnation of any group has committed -- never goes back,
               and no incarnation commits a step twice
@@ -176,6 +177,23 @@ def worker_command(args):
             "--ddp", args.ddp]
 
 
+def worker_args(args, steps, faulty, dump):
+    """The worker's arguments after its program. --step-ms only sleeps:
+    the fault-free run, whose parameters the oracle compares, ends with
+    the same ones unpaced (test_train_ft: 20 s -> 15 s)."""
+    a = ["--steps", str(steps),
+         "--timeout-ms", str(args.timeout_ms),
+         "--state-mib", str(args.state_mib),
+         "--step-ms", str(args.step_ms if faulty else 0)]
+    if args.same_data:
+        a += ["--same-data"]
+    if dump:
+        a += ["--dump", dump]
+    if faulty and args.end_after_faults:
+        a += ["--steps-file", args.steps_file]
+    return a
+
+
 class Job:
     """gangrun --replica-groups running train_ft, and what its lines say."""
 
@@ -194,23 +212,13 @@ class Job:
             py = os.path.abspath(os.path.join(args.build, "python"))
             env["PYTHONPATH"] = os.pathsep.join(
                 x for x in (py, env.get("PYTHONPATH")) if x)
-        # --step-ms only sleeps: the fault-free run, whose parameters the
-        # oracle compares, ends with the same ones unpaced (test_train_ft:
-        # 20 s -> 15 s).
         cmd = [os.path.join(args.build, "tools/gangrun/gangrun"),
                "--replica-groups", str(groups),
                "--nproc-per-node", str(args.nproc),
                "--max-restarts", "1000000" if faulty else "0",
                "--term-grace", "1s",
                *worker_command(args),
-               "--steps", str(steps),
-               "--timeout-ms", str(args.timeout_ms),
-               "--state-mib", str(args.state_mib),
-               "--step-ms", str(args.step_ms if faulty else 0)]
-        if args.same_data:
-            cmd += ["--same-data"]
-        if dump:
-            cmd += ["--dump", dump]
+               *worker_args(args, steps, faulty, dump)]
         self.proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             start_new_session=True, env=env)
@@ -523,11 +531,37 @@ def oracle(dump, ref_dump, nproc, tol):
     return bad, worst
 
 
+# --end-after-faults: the steps the groups go on after the last fault.
+END_MARGIN = 40
+
+
+def all_back(job, chaos, groups):
+    """Every group is in and has committed, since the last fault ended (a
+    stopped group's SIGCONT), a step at least the job's step then --
+    healed, not a step a resumed group had decided before its stop. The
+    next fault waits for it, so that faults never pile up into a total
+    loss (two groups killed while the third is still behind), and so does
+    the first (a group that starts late, such as a python one importing
+    torch, must be in before it)."""
+    t_last = -1.0
+    if chaos.faults:
+        lf = chaos.faults[-1]
+        t_last = max([mv["t"] for mv in lf["moves"]] +
+                     [lf.get("cont_t", lf["t"])])
+    with job.lock:
+        floor = max((kv["step"] for t, _, _, kv in job.commits
+                     if t <= t_last), default=0)
+        fresh = {g for t, g, _, kv in job.commits
+                 if t > t_last + 0.5 and kv["step"] >= floor}
+    return len(fresh) >= groups
+
+
 def run(args, groups, steps, faulty, dump, rng, env, lh, job_class=None,
         chaos_class=None):
     """Runs the job (job_class, default Job) with faults (chaos_class,
     default Chaos) to its end: the job, the faults, the hangs."""
     job = (job_class or Job)(args, groups, steps, lh.port, env, dump, faulty)
+    job.end_step = None
     chaos = (chaos_class or Chaos)(job, lh, args, rng)
     kinds = args.kinds
     deck = []
@@ -550,31 +584,24 @@ def run(args, groups, steps, faulty, dump, rng, env, lh, job_class=None,
                       flush=True)
                 hangs += 1
                 break
-            if not faulty or not args.chaos or \
-                    len(chaos.faults) >= args.count or chaos.busy():
+            if not faulty or not args.chaos or chaos.busy():
+                continue
+            if len(chaos.faults) >= args.count:
+                # --end-after-faults: the job ends END_MARGIN steps after
+                # every group is back from the last fault.
+                if args.end_after_faults and job.end_step is None and \
+                        all_back(job, chaos, groups):
+                    job.end_step = min(steps, job.max_step() + END_MARGIN)
+                    with open(args.steps_file + ".tmp", "w") as f:
+                        f.write(f"{job.end_step}\n")
+                    os.replace(args.steps_file + ".tmp", args.steps_file)
+                    print(f"train_ft.py: the faults are over: the job ends "
+                          f"at step {job.end_step}", flush=True)
                 continue
             step = job.max_step()
             if step < next_fault or step > steps - getattr(args, "tail", 40):
                 continue
-            # The next fault once every group is in and has committed, since
-            # the last one ended (a stopped group's SIGCONT), a step at
-            # least the job's step then -- healed, not a step a resumed
-            # group had decided before its stop -- so faults never pile
-            # up into a total loss (two groups killed while the third is
-            # still behind). (The first fault too: a group that starts
-            # late, such as a python one importing torch, must be in
-            # before it.)
-            t_last = -1.0
-            if chaos.faults:
-                lf = chaos.faults[-1]
-                t_last = max([mv["t"] for mv in lf["moves"]] +
-                             [lf.get("cont_t", lf["t"])])
-            with job.lock:
-                floor = max((kv["step"] for t, _, _, kv in job.commits
-                             if t <= t_last), default=0)
-                fresh = {g for t, g, _, kv in job.commits
-                         if t > t_last + 0.5 and kv["step"] >= floor}
-            if len(fresh) < groups:
+            if not all_back(job, chaos, groups):
                 continue
             # Every kind once, in a random order, then again: a run of at
             # least as many faults as kinds has each of them.
@@ -628,6 +655,11 @@ def parser(doc=__doc__):
     ap.add_argument("--join-timeout-ms", type=int, default=5000,
                     help="the lighthouse's")
     ap.add_argument("--step-ms", type=int, default=0)
+    ap.add_argument("--end-after-faults", action="store_true",
+                    help="with --chaos: end the job 40 steps after every "
+                    "group is back from the last fault (--steps is then "
+                    "a cap), and run the fault-free run after it, for as "
+                    "many steps")
     ap.add_argument("--hang-s", type=float, default=20.0)
     ap.add_argument("--max-s", type=float, default=3600.0)
     ap.add_argument("--detect-slack-s", type=float, default=0.3,
@@ -661,6 +693,8 @@ def parse(ap, faults=FAULTS):
     for k in args.kinds:
         if k not in faults:
             ap.error(f"unknown fault '{k}': {', '.join(faults)}")
+    if args.end_after_faults and not args.chaos:
+        ap.error("--end-after-faults needs --chaos")
     if args.steps == 0:
         # A fault waits until every group is back and has committed since
         # the last one (a stopped group is away for seconds), and none
@@ -679,24 +713,49 @@ def main():
     env = dict(os.environ)
     env.setdefault("GANG_STORE_SECRET", os.urandom(16).hex())
     tmp = tempfile.mkdtemp(prefix="train_ft-")
-    problems = []
-    lh = Lighthouse(args, env)
-    try:
-        ref = os.path.join(tmp, "ref")
-        if args.same_data:
-            os.mkdir(ref)
-            rjob, _, rh = run(args, 1, args.steps, False, ref, rng, env, lh)
-            if rjob.proc.returncode != 0 or rh:
-                problems.append(f"the fault-free run failed (status "
-                                f"{rjob.proc.returncode})")
-        dump = os.path.join(tmp, "run")
-        os.mkdir(dump)
-        job, faults, hangs = run(args, args.groups, args.steps, True,
-                                 dump if args.same_data else None, rng, env,
-                                 lh)
-    finally:
-        lh.close()
+    job, faults, hangs, dump, ref, problems = run_jobs(
+        args, rng, env, tmp, lambda: Lighthouse(args, env))
     return judge(args, job, faults, hangs, dump, ref, tmp, problems)
+
+
+def run_jobs(args, rng, env, tmp, lighthouse, job_class=None,
+             chaos_class=None):
+    """The fault-free run (with --same-data: first, or with
+    --end-after-faults last, for the steps the faulty run ended at) and
+    the faulty run, each under a lighthouse() of its own: the faulty
+    job, its faults, its hangs, the two runs' parameter directories and
+    the problems found."""
+    problems = []
+    ref, dump = os.path.join(tmp, "ref"), os.path.join(tmp, "run")
+    os.mkdir(dump)
+    args.steps_file = os.path.join(tmp, "steps")
+
+    def one(groups, faulty, out):
+        lh = lighthouse()
+        try:
+            return run(args, groups, args.steps, faulty, out, rng, env, lh,
+                       job_class, chaos_class)
+        finally:
+            lh.close()
+
+    def reference():
+        if not args.same_data:
+            return
+        os.mkdir(ref)
+        rjob, _, rh = one(1, False, ref)
+        if rjob.proc.returncode != 0 or rh:
+            problems.append(f"the fault-free run failed (status "
+                            f"{rjob.proc.returncode})")
+
+    if not args.end_after_faults:
+        reference()
+    job, faults, hangs = one(args.groups, True,
+                             dump if args.same_data else None)
+    if job.end_step is not None:
+        args.steps = job.end_step
+    if args.end_after_faults:
+        reference()
+    return job, faults, hangs, dump, ref, problems
 
 
 def judge(args, job, faults, hangs, dump, ref, tmp, problems, more=None):
@@ -793,6 +852,8 @@ def judge(args, job, faults, hangs, dump, ref, tmp, problems, more=None):
                 os.unlink(os.path.join(d, n))
             if os.path.isdir(d):
                 os.rmdir(d)
+        if os.path.exists(args.steps_file):
+            os.unlink(args.steps_file)
         os.rmdir(tmp)
     print(f"train_ft.py: {'PASS' if ok else 'FAIL'}")
     return 0 if ok else 1

@@ -101,21 +101,11 @@ class HostJob(T.Job):
         self.procs, self.readers, self.restarting = {}, [], 0
         self.env = dict(env)
         self.env["GANG_LIGHTHOUSE"] = f"{args.addr0}:{lh_port}"
-        # --step-ms only sleeps: the fault-free run, whose parameters the
-        # oracle compares, ends with the same ones unpaced (test_cluster_ft:
-        # 75 s -> 56 s).
         self.cmd = [os.path.join(args.build, "tools/gangrun/gangrun"),
                     "--standalone", "--nproc-per-node", str(args.nproc),
                     "--max-restarts", "1000000" if faulty else "0",
                     "--term-grace", "1s", *T.worker_command(args),
-                    "--steps", str(steps),
-                    "--timeout-ms", str(args.timeout_ms),
-                    "--state-mib", str(args.state_mib),
-                    "--step-ms", str(args.step_ms if faulty else 0)]
-        if args.same_data:
-            self.cmd += ["--same-data"]
-        if dump:
-            self.cmd += ["--dump", dump]
+                    *T.worker_args(args, steps, faulty, dump)]
         self.proc = Procs(self)
         for g in range(groups):
             self.start_group(g)
@@ -296,27 +286,12 @@ def main():
     cluster(args, "up", str(args.hosts), "--net", args.net,
             stdout=subprocess.DEVNULL)
     tmp = tempfile.mkdtemp(prefix="train_ft_hosts-")
-    problems = []
     try:
         args.addr0 = cluster(args, "addr", "0", capture_output=True,
                              text=True).stdout.strip()
-        lh = HostLighthouse(args, env)
-        try:
-            ref = os.path.join(tmp, "ref")
-            if args.same_data:
-                os.mkdir(ref)
-                rjob, _, rh = T.run(args, 1, args.steps, False, ref, rng, env,
-                                    lh, HostJob, HostChaos)
-                if rjob.proc.returncode != 0 or rh:
-                    problems.append(f"the fault-free run failed (status "
-                                    f"{rjob.proc.returncode})")
-            dump = os.path.join(tmp, "run")
-            os.mkdir(dump)
-            job, faults, hangs = T.run(args, args.groups, args.steps, True,
-                                       dump if args.same_data else None, rng,
-                                       env, lh, HostJob, HostChaos)
-        finally:
-            lh.close()
+        job, faults, hangs, dump, ref, problems = T.run_jobs(
+            args, rng, env, tmp, lambda: HostLighthouse(args, env), HostJob,
+            HostChaos)
     finally:
         cluster(args, "down", stdout=subprocess.DEVNULL)
     return T.judge(args, job, faults, hangs, dump, ref, tmp, problems,

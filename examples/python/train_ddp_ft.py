@@ -50,6 +50,17 @@ def model_of(seed):
     return torch.nn.Sequential(torch.nn.Linear(IN, HID), torch.nn.Tanh(), torch.nn.Linear(HID, OUT))
 
 
+def steps_now(path, steps):
+    """steps, or the smaller number the file holds (examples/train_ft.py
+    --end-after-faults writes it once, ahead of every group's step)."""
+    try:
+        with open(path) as f:
+            v = int(f.read().split()[0])
+        return v if 0 < v < steps else steps
+    except (TypeError, OSError, ValueError, IndexError):
+        return steps
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--lighthouse", default=os.environ.get("GANG_LIGHTHOUSE"))
@@ -58,6 +69,7 @@ def main():
     ap.add_argument("--timeout-ms", type=int, default=1000)
     ap.add_argument("--state-mib", type=int, default=0)
     ap.add_argument("--step-ms", type=int, default=0)
+    ap.add_argument("--steps-file", help="fewer steps, if this file holds a smaller number (read every step)")
     ap.add_argument("--same-data", action="store_true")
     ap.add_argument("--dump")
     ap.add_argument("--ddp", choices=["torch", "torchft"], default="torch")
@@ -98,7 +110,7 @@ def main():
         print(f"train_ft: {what} failed: {e}: the group exits", file=sys.stderr, flush=True)
         os._exit(3)
 
-    while manager.current_step() < args.steps:
+    while manager.current_step() < steps_now(args.steps_file, args.steps):
         step = manager.current_step()  # the step a counted participant computes
         try:
             opt.zero_grad()  # starts the quorum: it runs while we compute
