@@ -213,19 +213,19 @@ static void leave_trials(bool tcp, int n, uint64_t base) {
 
 static void test_leave_tcp(void **state) {
   (void)state;
-  leave_trials(true, trials(30), 1000);
+  leave_trials(true, trials(20), 1000);
 }
 
 static void test_leave_shm(void **state) {
   (void)state;
-  leave_trials(false, trials(30), 2000);
+  leave_trials(false, trials(20), 2000);
 }
 
 /* fairseq2's gangs of 8 ranks, checked once each, then every rank
  * returns at its own moment without closing them. */
 static void test_topology_gangs_left_open(void **state) {
   (void)state;
-  int n = trials(15), failures = 0;
+  int n = trials(10), failures = 0;
   for (int t = 0; t < n; t++) {
     char seedv[24];
     snprintf(seedv, sizeof seedv, "%d", 3000 + t);

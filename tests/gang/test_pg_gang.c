@@ -10,10 +10,10 @@
  *
  * The transport is the test's argument (one ctest each):
  *   shm    ranks share this host: shared memory, single copy allowed;
- *   nocma  shared memory staged only, with 4 KiB staging buffers, so
- *          every size runs many double-buffered steps;
+ *   nocma  shared memory staged only, with 16 KiB staging buffers, so
+ *          the large counts run many double-buffered steps;
  *   tcp    GANG_SHM_DISABLE=1: every byte over TCP (and each forced
- *          all_reduce algorithm), exchanges paced in pieces of 3001 bytes
+ *          all_reduce algorithm), exchanges paced in pieces of 12289 bytes
  *          (GANG_TCP_PIECE), so large messages move in many pieces that
  *          split elements;
  *   mixed  GANG_HOST_ID makes even and odd ranks two hosts: the world and
@@ -648,14 +648,14 @@ int main(int argc, char **argv) {
     g_mode = argv[1];
   if (strcmp(g_mode, "tcp") == 0) {
     setenv("GANG_SHM_DISABLE", "1", 1);
-    setenv("GANG_TCP_PIECE", "3001", 1);
+    setenv("GANG_TCP_PIECE", "12289", 1);
   } else if (strcmp(g_mode, "shm") == 0) {
     /* Single copy even with more ranks than CPUs, where auto stages
      * (mixed mode and test_gang_bench run auto). */
     setenv("GANG_SHM_CMA", "1", 1);
   } else if (strcmp(g_mode, "nocma") == 0) {
     setenv("GANG_SHM_CMA", "0", 1);
-    setenv("GANG_SHM_CHUNK", "4k", 1);
+    setenv("GANG_SHM_CHUNK", "16k", 1);
   } else if (strcmp(g_mode, "mixed") != 0) {
     fprintf(stderr, "test_pg_gang: unknown transport '%s'\n", g_mode);
     return 2;

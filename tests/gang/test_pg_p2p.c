@@ -140,7 +140,7 @@ static void test_sizes_around_the_pad(void **state) {
 }
 
 /* ---- Large all_reduces over TCP with the default pieces -----------------
- * The test_pg_gang matrix runs TCP with 3001-byte pieces and at most
+ * The test_pg_gang matrix runs TCP with 12289-byte pieces and at most
  * 50000 elements; here two ranks all_reduce 1-16 MiB in place with the
  * pieces chosen per connection (512 KiB under reno), ten calls in a row
  * each, so a reduce that overwrites bytes the send has not sent yet shows
