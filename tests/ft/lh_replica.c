@@ -56,10 +56,14 @@ static void *beat_main(void *arg) {
 }
 
 void replica_start(replica *r, const gang_lighthouse *lh, const char *id) {
+  replica_start_port(r, gang_lighthouse_port(lh), id);
+}
+
+void replica_start_port(replica *r, int port, const char *id) {
   memset(r, 0, sizeof *r);
   snprintf(r->id, sizeof r->id, "%s", id);
   char addr[64];
-  snprintf(addr, sizeof addr, "127.0.0.1:%d", gang_lighthouse_port(lh));
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
   assert_gang_ok(gang__lh_connect(addr, CLIENT_MS, &r->hb));
   assert_gang_ok(gang__lh_connect(addr, CLIENT_MS, &r->jc));
   pthread_mutex_init(&r->mu, NULL);

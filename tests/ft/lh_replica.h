@@ -48,6 +48,8 @@ gang_lighthouse *lh_start_tick(int port, int min_replicas, int64_t join_ms,
 
 /* Connects, registers `id` with a first heartbeat, starts heartbeating. */
 void replica_start(replica *r, const gang_lighthouse *lh, const char *id);
+/* The same with a lighthouse on 127.0.0.1:port (a gang-lighthouse process). */
+void replica_start_port(replica *r, int port, const char *id);
 /* Stops the heartbeats; returns when the last one was sent. */
 int64_t replica_silence(replica *r);
 /* Waits for a join in flight, stops, closes, frees. */

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "harness/harness.h"
+#include "lh_replica.h"
 
 #include "core/clock.h"
 #include "ft/lighthouse.h"
@@ -451,6 +452,69 @@ static void expect(int code, const char *want, ...) {
   free(out);
 }
 
+/* A lighthouse that is stalled again and again (stopped 1.4 s, then
+ * running 0.3 s: its process starved, say) while a member of its last
+ * quorum has gone silent for good. Each stall longer than half the
+ * heartbeat timeout is forgiven (the beats of the replicas that live
+ * queued up behind it), but only the stall: the silent replica must still
+ * be noticed, and the others' next quorum form without it. */
+static void test_dead_replica_through_stalls(void **state) {
+  (void)state;
+  running t;
+  start(&t, (char *[]){"--quorum-tick", "600ms", "--join-timeout", "30s",
+                       "--http", "off", NULL});
+  replica r[3];
+  const char *ids[] = {"a", "b", "dies"};
+  for (int i = 0; i < 3; i++)
+    replica_start_port(&r[i], t.port, ids[i]);
+  round_all(r, 3, 0);
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", t.port);
+  gang__lh_client *watch;
+  assert_gang_ok(gang__lh_connect(addr, CLIENT_MS, &watch));
+  join_start(&r[0], 11, 0, false, 30000);
+  join_start(&r[1], 11, 0, false, 30000);
+  int64_t silent = replica_silence(&r[2]);
+  int64_t cursor = 0;
+  char id[GANG_LH_ID_MAX] = "";
+  bool noticed = false;
+  for (int cycle = 0; cycle < 10 && !noticed; cycle++) {
+    assert_int_equal(kill(t.pid, SIGSTOP), 0);
+    gt_nap_ms(1400);
+    assert_int_equal(kill(t.pid, SIGCONT), 0);
+    noticed = gang__lh_next_notice(watch, &cursor, id, sizeof id, 300, NULL) ==
+              GANG_OK;
+  }
+  printf("silent replica through stalls of 1.4 s every 1.7 s: %s after "
+         "%.0f ms\n",
+         noticed ? "noticed" : "not noticed", ms_since(silent));
+  assert_true(noticed);
+  assert_string_equal(id, "dies");
+  /* A join may give up while the lighthouse is stopped (its store does
+   * not answer within the wait's grace, and the connection is given up);
+   * a manager then connects and joins again. */
+  gang_status js[2];
+  for (int i = 0; i < 2; i++)
+    js[i] = join_wait(&r[i]);
+  if (js[0] != GANG_OK || js[1] != GANG_OK) {
+    printf("a join gave up during the stalls (%s): both join again\n",
+           js[0] != GANG_OK ? r[0].jerr : r[1].jerr);
+    for (int i = 0; i < 2; i++) {
+      gang__lh_close(r[i].jc);
+      assert_gang_ok(gang__lh_connect(addr, CLIENT_MS, &r[i].jc));
+      join_start(&r[i], 12, 0, false, 30000);
+    }
+    for (int i = 0; i < 2; i++)
+      join_ok(&r[i]);
+  }
+  assert_string_equal(ids_of(&r[0].q), "a,b");
+  assert_string_equal(ids_of(&r[1].q), "a,b");
+  gang__lh_close(watch);
+  for (int i = 0; i < 3; i++)
+    replica_free(&r[i]);
+  stop(&t, SIGTERM);
+}
+
 static void test_bad_flags(void **state) {
   (void)state;
   expect(0, "usage: gang-lighthouse", "--help", NULL);
@@ -475,6 +539,7 @@ int main(void) {
       GT_TEST(test_serve),
       GT_TEST(test_page),
       GT_TEST(test_page_kills_a_replica),
+      GT_TEST(test_dead_replica_through_stalls),
       GT_TEST(test_bad_flags),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
