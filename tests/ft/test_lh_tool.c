@@ -488,8 +488,12 @@ static void test_dead_replica_through_stalls(void **state) {
   printf("silent replica through stalls of 1.4 s every 1.7 s: %s after "
          "%.0f ms\n",
          noticed ? "noticed" : "not noticed", ms_since(silent));
-  assert_true(noticed);
-  assert_string_equal(id, "dies");
+  /* A failure ends the process (as join_ok does): cmocka's would unwind
+   * out of this frame while the replicas' threads go on reading it. */
+  if (!noticed || strcmp(id, "dies") != 0) {
+    fprintf(stderr, "FAILED: notice of 'dies': %s\n", noticed ? id : "none");
+    _exit(1);
+  }
   /* A join may give up while the lighthouse is stopped (its store does
    * not answer within the wait's grace, and the connection is given up);
    * a manager then connects and joins again. */
@@ -507,8 +511,12 @@ static void test_dead_replica_through_stalls(void **state) {
     for (int i = 0; i < 2; i++)
       join_ok(&r[i]);
   }
-  assert_string_equal(ids_of(&r[0].q), "a,b");
-  assert_string_equal(ids_of(&r[1].q), "a,b");
+  for (int i = 0; i < 2; i++)
+    if (strcmp(ids_of(&r[i].q), "a,b") != 0) {
+      fprintf(stderr, "FAILED: %s's quorum is %s, not a,b\n", r[i].id,
+              ids_of(&r[i].q));
+      _exit(1);
+    }
   gang__lh_close(watch);
   for (int i = 0; i < 3; i++)
     replica_free(&r[i]);
