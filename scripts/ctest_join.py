@@ -35,6 +35,18 @@ def value(v):
     return str(v)
 
 
+# Properties whose values name tests or fixtures of the same build: they
+# get the build's prefix too (a RESOURCE_LOCK stays shared by all).
+NAMES = {"DEPENDS", "FIXTURES_SETUP", "FIXTURES_CLEANUP", "FIXTURES_REQUIRED"}
+
+
+def named(prefix, prop):
+    v = prop["value"]
+    if prop["name"] not in NAMES:
+        return v
+    return [f"{prefix}/{x}" for x in (v if isinstance(v, list) else [v])]
+
+
 def tests_of(build, args):
     out = subprocess.run(["ctest", "-N", "--show-only=json-v1", *args],
                          cwd=build, check=True, capture_output=True,
@@ -62,7 +74,7 @@ def main(argv):
             name = quote(f"{prefix}/{t['name']}")
             lines.append(f"add_test({name} " +
                          " ".join(quote(c) for c in t["command"]) + ")")
-            props = [f"{p['name']} {quote(value(p['value']))}"
+            props = [f"{p['name']} {quote(value(named(prefix, p)))}"
                      for p in t.get("properties", [])]
             if props:
                 lines.append(f"set_tests_properties({name} PROPERTIES " +
