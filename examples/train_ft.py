@@ -656,7 +656,8 @@ def parser(doc=__doc__):
                     help="the lighthouse's")
     ap.add_argument("--step-ms", type=int, default=0)
     ap.add_argument("--end-after-faults", action="store_true",
-                    help="with --chaos: end the job 40 steps after every "
+                    help=f"with --chaos: end the job {END_MARGIN} steps "
+                    "after every "
                     "group is back from the last fault (--steps is then "
                     "a cap), and run the fault-free run after it, for as "
                     "many steps")

@@ -53,11 +53,13 @@ def model_of(seed):
 def steps_now(path, steps):
     """steps, or the smaller number the file holds (examples/train_ft.py
     --end-after-faults writes it once, ahead of every group's step)."""
+    if path is None:
+        return steps
     try:
         with open(path) as f:
             v = int(f.read().split()[0])
         return v if 0 < v < steps else steps
-    except (TypeError, OSError, ValueError, IndexError):
+    except (OSError, ValueError, IndexError):
         return steps
 
 
