@@ -88,12 +88,14 @@ def one_call_libs(args, coll):
 
 def sweep_libs(args, coll):
     """gang with each algorithm of coll forced ("gang:ring"), and the
-    two-level form where hosts hold several ranks."""
+    two-level forms where hosts hold several ranks."""
     algos = list(SWEEP.get(coll, []))
     if getattr(args, "hosts", 0) and args.per_host > 1 and coll in (
             "all_reduce", "broadcast", "barrier", "all_gather",
             "reduce_scatter"):
         algos.append("hierarchical")
+        if coll == "all_reduce":
+            algos.append("hierarchical_rails")
     return [f"gang:{a}" for a in algos]
 
 

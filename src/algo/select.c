@@ -13,9 +13,10 @@
 #include "core/error.h"
 
 /* Hard limits. */
-#define NEED_CMA 1u   /* single copy allowed by the arena's probe */
-#define NEED_TWO 2u   /* exactly two members */
-#define NEED_COUNT 4u /* at least one element per member */
+#define NEED_CMA 1u      /* single copy allowed by the arena's probe */
+#define NEED_TWO 2u      /* exactly two members */
+#define NEED_COUNT 4u    /* at least one element per member */
+#define NEED_RAILS 2048u /* equal hosts, and a whole part per local index */
 /* Preferences. Single copy only where every member has a CPU (unless
  * GANG_SHM_CMA=1 forces it): it costs two rounds in which every member
  * must run (publish the addresses, report the reads done), each a round of
@@ -100,7 +101,16 @@ static const algo_rule rules[] = {
      NEED_CMA},
     /* ---- several hosts ---- */
     {ALGO_BARRIER, ALGO_PATH_HIER, ALGO_HIER, ANY, 0, ANY, WHEN_BEATS_FLAT},
-    {ALGO_ALL_REDUCE, ALGO_PATH_HIER, ALGO_HIER, ANY, 0, ANY, WHEN_BEATS_FLAT},
+    /* Through one leader per host, or along every rail at once: the
+     * cheaper by the link model. Below 1 MiB the rails' form measured
+     * slower on the box's 4 hosts of 2 ranks (every rank's TCP steps on
+     * the machine's 2 CPUs: 256 KiB 1.0 against 0.74 ms) and no faster
+     * across 1 Gbit/s links, where at 2 MiB it was 9 % faster
+     * (docs/algorithms.md). */
+    {ALGO_ALL_REDUCE, ALGO_PATH_HIER, ALGO_HIER, ANY, 0, ANY,
+     WHEN_BEATS_FLAT | WHEN_CHEAPEST},
+    {ALGO_ALL_REDUCE, ALGO_PATH_HIER, ALGO_HIER_RAILS, ANY, MIB, ANY,
+     NEED_RAILS | WHEN_BEATS_FLAT | WHEN_CHEAPEST},
     {ALGO_BROADCAST, ALGO_PATH_HIER, ALGO_HIER, ANY, 0, ANY, WHEN_BEATS_FLAT},
     /* Where hosts hold equal blocks of consecutive ranks (pg_hier.c). */
     {ALGO_ALL_GATHER, ALGO_PATH_HIER, ALGO_HIER, ANY, 0, ANY, WHEN_BEATS_FLAT},
@@ -175,10 +185,19 @@ const char *gang__algo_coll_name(algo_coll c) {
   return (unsigned)c < ALGO_COLL_COUNT ? coll_names[c] : "?";
 }
 
+/* The rails' form splits the buffer into per_host equal parts (count
+ * SIZE_MAX: not known, as gang-info's prices). */
+static bool rails_fit(const algo_facts *f) {
+  size_t l = f->per_host > 0 ? (size_t)f->per_host : 0;
+  return f->rails && l > 1 &&
+         (f->count == SIZE_MAX || (f->count >= l && f->count % l == 0));
+}
+
 static bool can_run(const algo_rule *r, const algo_facts *f) {
   return f->bytes <= r->hard_max && (!(r->flags & NEED_CMA) || f->cma) &&
          (!(r->flags & NEED_TWO) || f->size == 2) &&
-         (!(r->flags & NEED_COUNT) || f->count >= (size_t)f->size);
+         (!(r->flags & NEED_COUNT) || f->count >= (size_t)f->size) &&
+         (!(r->flags & NEED_RAILS) || rails_fit(f));
 }
 
 /* A copy in memory, ns per byte: 10 GB/s, what one core of the machine of
@@ -212,7 +231,7 @@ static bool shares_link(algo_id a) {
          a == ALGO_TCP_BRUCK || a == ALGO_TCP_SAG;
 }
 
-static double hier_cost(algo_coll coll, const algo_facts *f);
+static double hier_cost(algo_coll coll, algo_id a, const algo_facts *f);
 
 /* Beta of a step where 2^k of the links (a host's each) carry a flow: a
  * switch whose whole capacity gives every one of the links' flows
@@ -234,8 +253,8 @@ double gang__algo_cost(algo_coll coll, algo_id a, const algo_facts *f) {
    * messages are empty, and it is priced below). */
   if (f->bytes == 0 && coll != ALGO_BARRIER)
     return 0;
-  if (a == ALGO_HIER)
-    return hier_cost(coll, f);
+  if (a == ALGO_HIER || a == ALGO_HIER_RAILS)
+    return hier_cost(coll, a, f);
   double p = f->size, n = (double)f->bytes, al = f->alpha_ns, be = f->beta_ns;
   if (f->per_host > 1 && shares_link(a))
     be *= f->per_host;
@@ -289,15 +308,39 @@ double gang__algo_cost(algo_coll coll, algo_id a, const algo_facts *f) {
   }
 }
 
+/* The rails' all_reduce of pg_hier.c: a reduce_scatter in the host (each
+ * member stages its whole input and reduces its part from every member's
+ * copy), an all_reduce of each part along its rail, the rails at once, so
+ * a host's link carries per_host flows of a part each, and an all_gather
+ * in the host (each member copies its part in and the others' out). */
+static double rails_cost(const algo_facts *f) {
+  int l = f->per_host;
+  double n = (double)f->bytes;
+  algo_facts along = *f;
+  along.size = f->hosts;
+  along.hosts = along.per_host = 0;
+  along.rails = false;
+  along.bytes = f->bytes / (size_t)l;
+  along.count = f->count == SIZE_MAX ? SIZE_MAX : f->count / (size_t)l;
+  along.beta_ns = f->beta_ns * l;
+  along.beta_one_ns = 0; /* every rail sends at once */
+  return SHM_STEP_NS + n * COPY_NS_PER_BYTE +
+         (l - 1.0) / l * n * REDUCE_NS_PER_BYTE +
+         gang__algo_cost_path(ALGO_ALL_REDUCE, ALGO_PATH_TCP, &along) +
+         SHM_STEP_NS + n * COPY_NS_PER_BYTE;
+}
+
 /* The two-level forms of pg_hier.c, step by step: the local steps among a
  * host's l members (none where l is 1) as SHM_STEP_NS each and their
  * copies and reduces at memory speed (a local broadcast one copy: the
  * members copy a chunk out while the root copies the next in), the TCP
  * part as the table's algorithm among the h leaders (or along a rail)
  * with a link each. */
-static double hier_cost(algo_coll coll, const algo_facts *f) {
+static double hier_cost(algo_coll coll, algo_id a, const algo_facts *f) {
   if (f->hosts < 2 || f->per_host < 1 || f->alpha_ns <= 0)
     return 0;
+  if (a == ALGO_HIER_RAILS)
+    return coll == ALGO_ALL_REDUCE ? rails_cost(f) : 0;
   int h = f->hosts, l = f->per_host;
   double n = (double)f->bytes, p = f->size;
   double s = l > 1 ? SHM_STEP_NS : 0, c = l > 1 ? COPY_NS_PER_BYTE : 0;
@@ -332,22 +375,25 @@ static double hier_cost(algo_coll coll, const algo_facts *f) {
 
 double gang__algo_cost_path(algo_coll coll, algo_path path,
                             const algo_facts *f) {
-  if (path == ALGO_PATH_HIER)
-    return gang__algo_cost(coll, ALGO_HIER, f);
+  if (path == ALGO_PATH_HIER) { /* the form the table would take there */
+    algo_id a = gang__algo_select(NULL, coll, path, f);
+    return gang__algo_cost(coll, a == ALGO_AUTO ? ALGO_HIER : a, f);
+  }
   algo_id a = gang__algo_select(NULL, coll, path, f);
   return a == ALGO_AUTO ? 0 : gang__algo_cost(coll, a, f);
 }
 
 /* Whether the two-level form costs at most flat TCP for f's gang: always
  * where the model prices either at nothing. */
-static bool beats_flat(algo_coll coll, const algo_facts *f) {
-  double two = gang__algo_cost(coll, ALGO_HIER, f);
+static bool beats_flat(algo_coll coll, algo_id a, const algo_facts *f) {
+  double two = gang__algo_cost(coll, a, f);
   double flat = gang__algo_cost_path(coll, ALGO_PATH_TCP, f);
   return two <= 0 || flat <= 0 || two <= flat;
 }
 
 /* Whether no other WHEN_CHEAPEST rule of r's collective and path that can
- * run costs less (an earlier one that costs the same wins). */
+ * run, and whose range holds the size, costs less (an earlier one that
+ * costs the same wins). */
 static bool cheapest(const algo_rule *r, const algo_facts *f);
 
 static bool preferred(const algo_rule *r, const algo_facts *f) {
@@ -355,7 +401,7 @@ static bool preferred(const algo_rule *r, const algo_facts *f) {
   return !(fl & ONLY_FORCED) && f->bytes >= r->min_bytes &&
          f->bytes <= r->max_bytes &&
          (!(fl & WHEN_CHEAPEST) || cheapest(r, f)) &&
-         (!(fl & WHEN_BEATS_FLAT) || beats_flat(r->coll, f)) &&
+         (!(fl & WHEN_BEATS_FLAT) || beats_flat(r->coll, r->algo, f)) &&
          (!(fl & WHEN_ROOMY) || !f->oversubscribed || f->cma_forced) &&
          (!(fl & WHEN_NOT_OVER) || !f->oversubscribed) &&
          (!(fl & WHEN_THREE_UP) || f->size >= 3) &&
@@ -368,7 +414,8 @@ static bool cheapest(const algo_rule *r, const algo_facts *f) {
   for (size_t i = 0; i < NRULES; i++) {
     const algo_rule *o = &rules[i];
     if (o == r || o->coll != r->coll || o->path != r->path ||
-        !(o->flags & WHEN_CHEAPEST) || !can_run(o, f))
+        !(o->flags & WHEN_CHEAPEST) || !can_run(o, f) ||
+        f->bytes < o->min_bytes || f->bytes > o->max_bytes)
       continue;
     double theirs = gang__algo_cost(o->coll, o->algo, f);
     if (theirs < mine || (theirs == mine && o < r))
@@ -508,6 +555,8 @@ static void rule_text(const algo_rule *r, char *buf, size_t cap) {
     ADD("an element per member");
   if (fl & WHEN_FEW_ELEMS)
     ADD("fewer elements than members");
+  if (fl & NEED_RAILS)
+    ADD("hosts of equal members, the count a multiple of them");
   if (fl & WHEN_ROOMY)
     ADD("a CPU per member (or GANG_SHM_CMA=1)");
   if (fl & WHEN_NOT_OVER)

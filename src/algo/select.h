@@ -49,6 +49,9 @@ typedef enum algo_path {
   X(SHM_TWO_ENDS, "two_ends",                                                  \
     "two members: the root pushes one half, the other pulls the rest")         \
   X(HIER, "hierarchical", "shared memory in each host, TCP among leaders")     \
+  X(HIER_RAILS, "hierarchical_rails",                                          \
+    "reduce_scatter in each host, all_reduce of each part along its rail "     \
+    "(one member per host), all_gather in each host")                          \
   X(TCP_RD, "recursive_doubling", "recursive doubling over TCP")               \
   X(TCP_RING, "ring", "ring over TCP")                                         \
   X(TCP_BINOMIAL, "binomial", "binomial tree over TCP")                        \
@@ -89,6 +92,9 @@ typedef struct algo_facts {
    * with them, and flat TCP with a host's link shared by its members in
    * the algorithms whose steps cross hosts from every member at once. */
   int hosts, per_host;
+  /* Every host holds per_host members: each local index has a rail, one
+   * member per host (the rails' two-level all_reduce can run). */
+  bool rails;
 } algo_facts;
 
 /* GANG_ALGO: a forced algorithm per collective, ALGO_AUTO where none. */
@@ -107,10 +113,10 @@ algo_id gang__algo_select(const algo_choice *choice, algo_coll coll,
                           algo_path path, const algo_facts *facts);
 
 /* The modeled time (ns) of TCP algorithm a for coll under facts' link
- * model, or of the two-level form (ALGO_HIER, with facts' hosts and
- * per_host): its local steps at shared memory's price and the table's TCP
- * algorithm among one member per host (docs/algorithms.md gives each
- * formula); 0 for an algorithm the model does not cover. */
+ * model, or of a two-level form (ALGO_HIER, ALGO_HIER_RAILS, with facts'
+ * hosts and per_host): its local steps at shared memory's price and the
+ * table's TCP algorithm among one member per host (docs/algorithms.md gives
+ * each formula); 0 for an algorithm the model does not cover. */
 double gang__algo_cost(algo_coll coll, algo_id a, const algo_facts *facts);
 
 /* The modeled time (ns) of what the table runs for coll on path (the

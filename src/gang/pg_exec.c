@@ -119,12 +119,15 @@ gang_status gang__pg_execute(gang_t *g, gang_work *w) {
   if (p->hier != NULL) { /* both paths priced for this gang's hosts */
     f.hosts = p->hier->nhosts;
     f.per_host = p->hier->per_host;
+    f.rails = p->hier->rail != NULL;
   }
-  if (p->hier != NULL && gang__pg_hier_has(p->hier, c->kind) &&
-      gang__algo_select(&p->w->choice, coll, ALGO_PATH_HIER, &f) == ALGO_HIER) {
+  algo_id two = p->hier != NULL && gang__pg_hier_has(p->hier, c->kind)
+                    ? gang__algo_select(&p->w->choice, coll, ALGO_PATH_HIER, &f)
+                    : ALGO_AUTO;
+  if (two != ALGO_AUTO) {
     gang_status st;
-    chose(g, coll, c, ALGO_HIER, "several hosts");
-    if (gang__pg_execute_hier(g, w, &st))
+    chose(g, coll, c, two, "several hosts");
+    if (gang__pg_execute_hier(g, w, two, &st))
       return st;
   }
   algo_id a = gang__algo_select(&p->w->choice, coll, ALGO_PATH_TCP, &f);

@@ -76,7 +76,10 @@ gang_status gang__pg_hier_new(pg_world *w, const int *map, int size, int rank,
       h->per_host = count[k];
   h->my_host = h->host_of[rank];
   h->leader = h->local_of[rank] == 0;
-  h->blocks = size % h->nhosts == 0;
+  bool even = size % h->nhosts == 0;
+  for (int k = 0; k < h->nhosts && even; k++)
+    even = count[k] == size / h->nhosts;
+  h->blocks = even;
   for (int i = 0; i < size && h->blocks; i++)
     h->blocks = h->host_of[i] == i / (size / h->nhosts) &&
                 h->local_of[i] == i % (size / h->nhosts);
@@ -85,13 +88,14 @@ gang_status gang__pg_hier_new(pg_world *w, const int *map, int size, int rank,
     if (h->host_of[i] == h->my_host)
       local[n++] = map[i];
   h->ctx = gang__mix64(ctx ^ 0x6869657261726368ull) & ~PG_P2P_CTX_BIT;
-  if (h->blocks) {
-    int per = size / h->nhosts, l = h->local_of[rank];
+  if (even) {
+    int l = h->local_of[rank];
     h->rail = malloc(sizeof *h->rail * (size_t)h->nhosts);
     if (h->rail == NULL)
       goto oom;
-    for (int k = 0; k < h->nhosts; k++)
-      h->rail[k] = map[k * per + l];
+    for (int i = 0; i < size; i++)
+      if (h->local_of[i] == l)
+        h->rail[h->host_of[i]] = map[i];
     h->rail_ctx = gang__mix64(ctx ^ 0x7261696c00000000ull ^ (uint64_t)l) &
                   ~PG_P2P_CTX_BIT;
   }
@@ -110,10 +114,11 @@ gang_status gang__pg_hier_new(pg_world *w, const int *map, int size, int rank,
   free(hid);
   free(local);
   GANG_INFO(SHM,
-            "gang of %d ranks over %d hosts: hierarchical all_reduce, "
+            "gang of %d ranks over %d hosts: hierarchical all_reduce%s, "
             "broadcast, barrier%s (%d members here%s)",
-            size, h->nhosts, h->blocks ? ", all_gather and reduce_scatter" : "",
-            n, h->leader ? ", leader" : "");
+            size, h->nhosts, even ? " (leaders or rails)" : "",
+            h->blocks ? ", all_gather and reduce_scatter" : "", n,
+            h->leader ? ", leader" : "");
   *out = h;
   return GANG_OK;
 oom:
@@ -147,7 +152,49 @@ bool gang__pg_hier_has(const pg_hier *h, gang__coll_kind kind) {
           h->blocks);
 }
 
-bool gang__pg_execute_hier(gang_t *g, gang_work *w, gang_status *st) {
+/* The rails' all_reduce (equal hosts of per members, count a multiple of
+ * per): a reduce_scatter in the host leaves local member l the host's sum
+ * of part l of the buffer, in place; an all_reduce along rail l, every
+ * rail at once, makes it the total; an all_gather in the host gives every
+ * member every part. A host's link carries per flows of a part each, as
+ * many bytes as the leader's one flow of the whole, but the local steps
+ * copy the buffer once fewer and the TCP steps' reduces are shared. */
+static gang_status rails_all_reduce(gang_t *g, gang_work *w, algo_ctx *r,
+                                    const algo_call *k) {
+  gang__pg *p = g->impl;
+  pg_hier *h = p->hier;
+  int per = g->size / h->nhosts;
+  size_t part = k->count / (size_t)per;
+  size_t es = gang_dtype_size(k->dtype);
+  char *mine = (char *)k->out + (size_t)h->local_of[g->rank] * part * es;
+  algo_call in_host = *k, along = *k, back = *k;
+  in_host.in = k->out;
+  in_host.out = mine;
+  in_host.count = part;
+  GANG_CHECK(gang__algo_run_shm(
+      h->local, ALGO_REDUCE_SCATTER,
+      local_algo(p, ALGO_REDUCE_SCATTER, part * es, part), &in_host));
+  along.out = mine;
+  along.in = mine;
+  along.count = part;
+  algo_facts f = gang__pg_tcp_facts(p->w, &w->coll, h->nhosts);
+  f.bytes = part * es;
+  f.count = part;
+  f.beta_ns *= per; /* every rail sends at once */
+  f.beta_one_ns = 0;
+  GANG_CHECK(gang__algo_run_tcp(
+      r, ALGO_ALL_REDUCE,
+      gang__algo_select(&p->w->choice, ALGO_ALL_REDUCE, ALGO_PATH_TCP, &f),
+      &along));
+  back.in = mine;
+  back.count = part;
+  return gang__algo_run_shm(h->local, ALGO_ALL_GATHER,
+                            local_algo(p, ALGO_ALL_GATHER, part * es, part),
+                            &back);
+}
+
+bool gang__pg_execute_hier(gang_t *g, gang_work *w, algo_id algo,
+                           gang_status *st) {
   gang__pg *p = g->impl;
   pg_hier *h = p->hier;
   const gang__coll *c = &w->coll;
@@ -185,6 +232,12 @@ bool gang__pg_execute_hier(gang_t *g, gang_work *w, gang_status *st) {
     return true;
   }
   case ALGO_ALL_REDUCE: {
+    if (algo == ALGO_HIER_RAILS) {
+      algo_ctx r = gang__pg_tcp_ctx(p, w, h->my_host, h->nhosts, h->rail,
+                                    h->rail_ctx, deadline, what);
+      *st = rails_all_reduce(g, w, &r, &k);
+      return true;
+    }
     /* Reduced in the host, among the leaders, then the host's leader
      * (local member 0) broadcasts the result. */
     algo_call from_leader = k;

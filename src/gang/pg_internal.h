@@ -93,8 +93,9 @@ typedef struct pg_hier {
    * gang ranks (host index * members + local index), as launchers number
    * ranks node by node: all_gather and reduce_scatter run in two levels. */
   bool blocks;
-  /* With blocks: this member's rail, the members of every host with its
-   * local index (world ranks, by host index), and the rail's context id. */
+  /* Where every host has the same number of members (NULL otherwise):
+   * this member's rail, the members of every host with its local index
+   * (world ranks, by host index), and the rail's context id. */
   int *rail;
   uint64_t rail_ctx;
 } pg_hier;
@@ -227,8 +228,10 @@ algo_call gang__pg_algo_call(const gang__coll *c);
 gang_status gang__pg_hier_new(pg_world *w, const int *map, int size, int rank,
                               uint64_t ctx, pg_hier **out);
 void gang__pg_hier_free(pg_hier *h);
-/* Runs w's collective hierarchically; false when this kind runs flat. */
-bool gang__pg_execute_hier(gang_t *g, gang_work *w, gang_status *st);
+/* Runs w's collective hierarchically with two-level form `algo` (ALGO_HIER,
+ * or ALGO_HIER_RAILS for an all_reduce); false when this kind runs flat. */
+bool gang__pg_execute_hier(gang_t *g, gang_work *w, algo_id algo,
+                           gang_status *st);
 /* Whether the hierarchical path has a form of collective `kind` for this
  * gang (all_reduce, broadcast, barrier; all_gather on a block layout). */
 bool gang__pg_hier_has(const pg_hier *h, gang__coll_kind kind);

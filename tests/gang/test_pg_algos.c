@@ -302,7 +302,7 @@ static void test_table_and_handlers_agree(void **state) {
   int pairs = 0;
   for (int c = 0; c < ALGO_COLL_COUNT; c++)
     for (int a = 0; a < ALGO_COUNT; a++) {
-      if (a == ALGO_AUTO || a == ALGO_HIER)
+      if (a == ALGO_AUTO || a == ALGO_HIER || a == ALGO_HIER_RAILS)
         continue;
       bool rule = gang__algo_in_table((algo_coll)c, (algo_id)a);
       bool handler = gang__algo_runs((algo_coll)c, (algo_id)a);
@@ -592,6 +592,66 @@ static void test_two_level_model(void **state) {
         gang__algo_select(NULL, (algo_coll)coll, ALGO_PATH_HIER, &f),
         ALGO_HIER);
   }
+  /* The rails' all_reduce: a local reduce_scatter and all_gather around
+   * an all_reduce of half the buffer along each of the two rails, both
+   * at once on a host's link (beta twice). Priced below the leaders' form
+   * (a local copy and half the TCP reduce fewer), so the table takes it
+   * where hosts are equal and the count splits in whole parts. */
+  f.bytes = (size_t)1 << 20;
+  n = (double)f.bytes;
+  f.rails = true;
+  algo_facts along = f;
+  along.size = 4;
+  along.hosts = along.per_host = 0;
+  along.rails = false;
+  along.bytes = f.bytes / 2;
+  along.beta_ns = 16.0;
+  assert_int_equal(
+      gang__algo_select(NULL, ALGO_ALL_REDUCE, ALGO_PATH_TCP, &along),
+      ALGO_TCP_HD);
+  double rails = 2 * s + 2 * n * c + 0.5 * n * r +
+                 gang__algo_cost(ALGO_ALL_REDUCE, ALGO_TCP_HD, &along);
+  assert_true(gang__algo_cost(ALGO_ALL_REDUCE, ALGO_HIER_RAILS, &f) == rails);
+  assert_true(rails < gang__algo_cost(ALGO_ALL_REDUCE, ALGO_HIER, &f));
+  assert_int_equal(gang__algo_select(NULL, ALGO_ALL_REDUCE, ALGO_PATH_HIER, &f),
+                   ALGO_HIER_RAILS);
+  assert_true(gang__algo_cost_path(ALGO_ALL_REDUCE, ALGO_PATH_HIER, &f) ==
+              rails);
+  /* Below 1 MiB the table keeps the leaders' form (measured, select.c),
+   * though the model prices the rails' lower there too. */
+  f.bytes = (size_t)256 << 10;
+  assert_true(gang__algo_cost(ALGO_ALL_REDUCE, ALGO_HIER_RAILS, &f) <
+              gang__algo_cost(ALGO_ALL_REDUCE, ALGO_HIER, &f));
+  assert_int_equal(gang__algo_select(NULL, ALGO_ALL_REDUCE, ALGO_PATH_HIER, &f),
+                   ALGO_HIER);
+  /* An odd count, too few elements, or uneven hosts: the leaders' form,
+   * forced or not. */
+  algo_choice rails_forced;
+  assert_int_equal(
+      gang__algo_choice_parse("all_reduce=hierarchical_rails", &rails_forced),
+      GANG_OK);
+  struct {
+    size_t count;
+    bool rails;
+  } leaders[] = {{1001, true}, {1, true}, {1000, false}};
+  for (int i = 0; i < 3; i++) {
+    f.count = leaders[i].count;
+    f.rails = leaders[i].rails;
+    f.bytes = f.count * 4;
+    assert_int_equal(
+        gang__algo_select(&rails_forced, ALGO_ALL_REDUCE, ALGO_PATH_HIER, &f),
+        ALGO_HIER);
+  }
+  f.count = 1000;
+  f.bytes = 4000;
+  f.rails = true;
+  assert_int_equal(
+      gang__algo_select(&rails_forced, ALGO_ALL_REDUCE, ALGO_PATH_HIER, &f),
+      ALGO_HIER_RAILS);
+  /* Only all_reduce has the rails' form. */
+  assert_true(gang__algo_cost(ALGO_BROADCAST, ALGO_HIER_RAILS, &f) == 0);
+  f.count = SIZE_MAX;
+  f.rails = false;
   /* A link as fast as memory (1 us, 10 GB/s): at 64 MiB the local copies
    * cost more than flat TCP's ring saves, and the table goes flat. */
   f.alpha_ns = 1000;

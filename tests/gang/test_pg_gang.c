@@ -520,6 +520,27 @@ static void check_transport(gang_t *g) {
   free(out);
 }
 
+/* The rails' all_reduce forced (GANG_ALGO) on a gang whose hosts hold
+ * equal members: a count that splits into whole parts runs it, one that
+ * does not (odd, or fewer elements than members on a host) runs the
+ * leaders' form, both with the right sums; on uneven hosts neither splits
+ * and the leaders' form runs. */
+static void check_rails(gang_t *g, bool even_hosts) {
+  int n = gang_size(g), r = gang_rank(g);
+  size_t counts[] = {1000, 999, 1};
+  for (size_t c = 0; c < 3; c++) {
+    int32_t buf[1000];
+    for (size_t i = 0; i < counts[c]; i++)
+      buf[i] = r * 7 + (int32_t)i;
+    RCHECK_OK(gang_all_reduce(g, buf, counts[c], GANG_INT32, GANG_SUM));
+    for (size_t i = 0; i < counts[c]; i++)
+      RCHECK(buf[i] == 7 * n * (n - 1) / 2 + n * (int32_t)i);
+    RCHECK(gt_ran(g,
+                  even_hosts && c == 0 ? "hierarchical_rails" : "hierarchical",
+                  "a forced rails all_reduce"));
+  }
+}
+
 /* arg non-NULL: all_reduce only, at the counts that matter to TCP (an
  * all_reduce algorithm is forced over TCP; the other collectives would run
  * as they did without it, and the counts below that fill shared memory's
@@ -535,6 +556,8 @@ static int rank_main(int rank, int size, void *arg) {
   gang_t *g = NULL;
   RCHECK_OK(gang_create_with_store(&o, addr, rank, size, &g));
   RCHECK(gang_rank(g) == rank && gang_size(g) == size);
+  if (arg != NULL && strstr(arg, "rails") != NULL)
+    check_rails(g, size % 2 == 0);
   check_transport(g);
   if (others) {
     check_barrier_order(g);
@@ -637,6 +660,26 @@ static void test_matrix(void **state) {
     g_round++;
     memset((void *)g_entered, 0, ORDER_ROUNDS * sizeof *g_entered);
     assert_int_equal(gt_run_ranks(5, rank_main, (void *)algos[a], 240000), 0);
+  }
+  /* The rails' all_reduce forced over mixed's two hosts of every other
+   * rank (equal hosts, not blocks of consecutive ranks: 4 and 8 ranks)
+   * and over uneven ones (5), with every count of the matrix; the
+   * reversed world's rails run too. */
+#if defined(__SANITIZE_THREAD__)
+  int rails_sizes[] = {4};
+#else
+  int rails_sizes[] = {4, 8, 5};
+#endif
+  for (size_t i = 0;
+       strcmp(g_mode, "mixed") == 0 && i < sizeof rails_sizes / sizeof(int);
+       i++) {
+    const char *force = "all_reduce=hierarchical_rails";
+    setenv("GANG_ALGO", force, 1);
+    fprintf(stderr, "%s, world size %d\n", force, rails_sizes[i]);
+    g_round++;
+    memset((void *)g_entered, 0, ORDER_ROUNDS * sizeof *g_entered);
+    assert_int_equal(
+        gt_run_ranks(rails_sizes[i], rank_main, (void *)force, 240000), 0);
   }
   unsetenv("GANG_ALGO");
   munmap((void *)g_entered, ORDER_ROUNDS * sizeof *g_entered);
