@@ -114,10 +114,11 @@ static const algo_rule rules[] = {
     {ALGO_BROADCAST, ALGO_PATH_HIER, ALGO_HIER, ANY, 0, ANY, WHEN_BEATS_FLAT},
     /* Where hosts hold equal blocks of consecutive ranks (pg_hier.c). */
     {ALGO_ALL_GATHER, ALGO_PATH_HIER, ALGO_HIER, ANY, 0, ANY, WHEN_BEATS_FLAT},
-    /* reduce_scatter in two levels up to 64 KiB blocks: from 256 KiB
-     * blocks it measured 1.3-2.3x slower than the flat ring across two
-     * hosts of the box, for a reason not yet found (docs/shm.md). */
-    {ALGO_REDUCE_SCATTER, ALGO_PATH_HIER, ALGO_HIER, ANY, 0, 64 * KIB,
+    /* reduce_scatter in two levels where the link model prices it at
+     * most flat TCP: with blocks of 128 KiB to 8 MiB it measured 0.55-0.98x
+     * the flat ring's time on the box's 4 hosts of 2 ranks, and with 256
+     * KiB to 16 MiB 0.75-1.08x on 2 hosts of 2 (docs/shm.md). */
+    {ALGO_REDUCE_SCATTER, ALGO_PATH_HIER, ALGO_HIER, ANY, 0, ANY,
      WHEN_BEATS_FLAT},
     /* ---- TCP ---- */
     {ALGO_BARRIER, ALGO_PATH_TCP, ALGO_TCP_DISSEMINATION, ANY, 0, ANY, 0},
