@@ -82,6 +82,12 @@ double gt_now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+double gt_time_slack(void) {
+  const char *e = getenv("GANG_TEST_TIME_SLACK");
+  double k = e != NULL ? strtod(e, NULL) : 1.0;
+  return k >= 1.0 ? k : 1.0;
+}
+
 void gt_nap_ms(int ms) {
   struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
   nanosleep(&ts, NULL);

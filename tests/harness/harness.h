@@ -140,6 +140,10 @@ int gt_free_port(void);
 
 /* Seconds on the monotonic clock, for timing in tests. */
 double gt_now_s(void);
+/* How many times a timing test's upper bounds stretch: 1, or
+ * GANG_TEST_TIME_SLACK where a build runs the test beside others (its
+ * lower bounds, such as a deadline not firing early, never stretch). */
+double gt_time_slack(void);
 /* Sleeps `ms` milliseconds (a pause, never a synchronisation). */
 void gt_nap_ms(int ms);
 
