@@ -6,7 +6,7 @@
 # with more ranks on the machine than CPUs, spins briefly in TCP waits; a
 # second `up` of the same cluster is refused; `down` leaves no namespace,
 # bridge or state, also when run twice; with --delay 2ms --rate 100mbit
-# (the delay hub) the fastest 8-byte all_reduce across two hosts takes 2-7 ms,
+# (the delay hub) the fastest 8-byte all_reduce across two hosts takes 2-9 ms,
 # the world measures its link model near 2 ms and 12.5 MB/s, and down
 # stops the hub and leaves no device. Needs root: otherwise it exits 77
 # (a failure under GANG_TEST_REQUIRE_NETNS=1, which scripts/test.sh sets
@@ -64,9 +64,10 @@ ip netns list | grep -q "^$name-" && bad "namespaces left: $(ip netns list)"
 # all_reduce of two ranks ends sooner than the delay (one exchange), and
 # the fastest (a call and its rank's wait for the slower one) is about a
 # round trip. The median is printed, not bounded: beside the suite's other
-# tests (the sanitizer stage runs this one beside them) the hub, a
-# process of its own, waits for a CPU too (a median of 7.8 ms was seen
-# there, the fastest 4.3).
+# tests (every build runs this one beside them) the hub, a process of its
+# own, waits for a CPU too (a median of 7.8 ms was seen there, the
+# fastest 4.3, and in another run a median of 8.0 and the fastest of 20
+# calls 7.5): the fastest of 50 calls is bounded at 9 ms.
 "$cluster" up 2 --net "$net" --delay 2ms --rate 100mbit >"$out/up" 2>&1 ||
   bad "up --delay: $(cat "$out/up")"
 pids=""
@@ -76,15 +77,15 @@ for i in 0 1; do
     "$build/tools/gangrun/gangrun" --nnodes 2 --node-rank $i \
     --nproc-per-node 1 --master-addr h0 --master-port 29760 \
     --secret-file "$secret" "$build/tools/gang-bench/gang-bench" -b 8 -e 8 \
-    -n 20 -w 2 --outofplace-only --json >"$out/d$i" 2>&1 &
+    -n 50 -w 2 --outofplace-only --json >"$out/d$i" 2>&1 &
   pids="$pids $!"
 done
 for p in $pids; do wait "$p" || bad "gang-bench across the delay: $(tail -n 3 "$out/d$p" 2>/dev/null)"; done
 us=$(sed -n 's/.*"size":8,.*"out_of_place":{"time_us":\([0-9.]*\),.*/\1/p' "$out/d0")
 min=$(sed -n 's/.*"size":8,.*"min_us":\([0-9.]*\),.*/\1/p' "$out/d0")
 echo "8 B all_reduce across a 2 ms one-way delay: median ${us:-?} us, fastest ${min:-?} us"
-awk -v m="${min:-0}" 'BEGIN { exit !(m >= 2000 && m <= 7000) }' ||
-  bad "8 B all_reduce across 2 ms one way: median ${us:-?} us, fastest ${min:-?} us (want the fastest >= 2000 and <= 7000): $(tail -n 3 "$out/d0")"
+awk -v m="${min:-0}" 'BEGIN { exit !(m >= 2000 && m <= 9000) }' ||
+  bad "8 B all_reduce across 2 ms one way: median ${us:-?} us, fastest ${min:-?} us (want the fastest >= 2000 and <= 9000): $(tail -n 3 "$out/d0")"
 # The world measured the link at creation (GANG_NET_PROBE): alpha at
 # least the delay, the bandwidth about the rate (12.5 MB/s). Alpha is the
 # world's mean round, waits for a CPU included, so its bound is the

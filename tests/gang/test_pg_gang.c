@@ -545,8 +545,9 @@ static void check_rails(gang_t *g, bool even_hosts) {
  * all_reduce algorithm is forced over TCP; the other collectives would run
  * as they did without it, and the counts below that fill shared memory's
  * flagged lines are nothing special to it). */
-static int rank_main(int rank, int size, void *arg) {
-  bool others = arg == NULL;
+/* The world of this round (under mixed, even and odd ranks on two
+ * hosts). */
+static gang_t *join_world(int rank, int size) {
   if (strcmp(g_mode, "mixed") == 0)
     setenv("GANG_HOST_ID", rank % 2 ? "odd" : "even", 1);
   char addr[64];
@@ -556,6 +557,12 @@ static int rank_main(int rank, int size, void *arg) {
   gang_t *g = NULL;
   RCHECK_OK(gang_create_with_store(&o, addr, rank, size, &g));
   RCHECK(gang_rank(g) == rank && gang_size(g) == size);
+  return g;
+}
+
+static int rank_main(int rank, int size, void *arg) {
+  bool others = arg == NULL;
+  gang_t *g = join_world(rank, size);
   check_transport(g);
   if (others) {
     check_barrier_order(g);
@@ -627,13 +634,7 @@ static int rank_main(int rank, int size, void *arg) {
  * and a large buffer (many staged chunks in each host). */
 static int rails_rank(int rank, int size, void *arg) {
   (void)arg;
-  setenv("GANG_HOST_ID", rank % 2 ? "odd" : "even", 1);
-  char addr[64];
-  snprintf(addr, sizeof addr, "127.0.0.1:%d/world%d-%d", g_port, size, g_round);
-  gang_options o = GANG_OPTIONS_INIT;
-  o.timeout_ms = 60000;
-  gang_t *g = NULL;
-  RCHECK_OK(gang_create_with_store(&o, addr, rank, size, &g));
+  gang_t *g = join_world(rank, size);
   bool even = size % 2 == 0;
   check_rails(g, even);
   check_all_reduce(g, 1000, 1);
