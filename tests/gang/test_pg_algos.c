@@ -600,12 +600,9 @@ static void test_two_level_model(void **state) {
   f.bytes = (size_t)1 << 20;
   n = (double)f.bytes;
   f.rails = true;
-  algo_facts along = f;
-  along.size = 4;
-  along.hosts = along.per_host = 0;
-  along.rails = false;
-  along.bytes = f.bytes / 2;
-  along.beta_ns = 16.0;
+  algo_facts along = f; /* a rail: 4 members, half the buffer */
+  along.size = 4, along.hosts = along.per_host = 0, along.rails = false;
+  along.bytes = f.bytes / 2, along.beta_ns = 16.0;
   assert_int_equal(
       gang__algo_select(NULL, ALGO_ALL_REDUCE, ALGO_PATH_TCP, &along),
       ALGO_TCP_HD);
@@ -617,34 +614,27 @@ static void test_two_level_model(void **state) {
                    ALGO_HIER_RAILS);
   assert_true(gang__algo_cost_path(ALGO_ALL_REDUCE, ALGO_PATH_HIER, &f) ==
               rails);
-  /* Below 1 MiB the table keeps the leaders' form (measured, select.c),
-   * though the model prices the rails' lower there too. */
+  /* Below 1 MiB: the leaders' form, though priced lower (select.c). */
   f.bytes = (size_t)256 << 10;
   assert_true(gang__algo_cost(ALGO_ALL_REDUCE, ALGO_HIER_RAILS, &f) <
               gang__algo_cost(ALGO_ALL_REDUCE, ALGO_HIER, &f));
   assert_int_equal(gang__algo_select(NULL, ALGO_ALL_REDUCE, ALGO_PATH_HIER, &f),
                    ALGO_HIER);
-  /* An odd count, too few elements, or uneven hosts: the leaders' form,
-   * forced or not. */
+  /* Odd count, too few elements, uneven hosts: leaders, forced or not. */
   algo_choice rails_forced;
   assert_int_equal(
       gang__algo_choice_parse("all_reduce=hierarchical_rails", &rails_forced),
       GANG_OK);
-  struct {
-    size_t count;
-    bool rails;
-  } leaders[] = {{1001, true}, {1, true}, {1000, false}};
+  size_t counts[] = {1001, 1, 1000};
   for (int i = 0; i < 3; i++) {
-    f.count = leaders[i].count;
-    f.rails = leaders[i].rails;
+    f.count = counts[i];
+    f.rails = i < 2; /* the last: uneven hosts */
     f.bytes = f.count * 4;
     assert_int_equal(
         gang__algo_select(&rails_forced, ALGO_ALL_REDUCE, ALGO_PATH_HIER, &f),
         ALGO_HIER);
   }
-  f.count = 1000;
-  f.bytes = 4000;
-  f.rails = true;
+  f.rails = true; /* and 1000 elements */
   assert_int_equal(
       gang__algo_select(&rails_forced, ALGO_ALL_REDUCE, ALGO_PATH_HIER, &f),
       ALGO_HIER_RAILS);
