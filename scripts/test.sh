@@ -38,11 +38,11 @@ configure() {
   cmake --build "$dir" -j "$jobs"
 }
 configure build/release -DCMAKE_BUILD_TYPE=Release -DGANG_BUILD_TESTS=ON \
-  -DPython3_EXECUTABLE=/usr/bin/python3
+  -DPython3_EXECUTABLE=/usr/bin/python3 "-DGANG_TEST_LABELS=release;python"
 configure build/asan -DCMAKE_BUILD_TYPE=Debug -DGANG_SANITIZE=address \
   -DGANG_BUILD_TESTS=ON -DGANG_PYTHON=OFF
 configure build/tsan -DCMAKE_BUILD_TYPE=Debug -DGANG_SANITIZE=thread \
-  -DGANG_BUILD_TESTS=ON -DGANG_PYTHON=OFF
+  -DGANG_BUILD_TESTS=ON -DGANG_PYTHON=OFF -DGANG_TEST_LABELS=tsan
 
 # Tests that need what a machine may lack are ctest entries of their own
 # that exit 77 when they cannot run, which ctest lists among the tests
