@@ -22,8 +22,13 @@ LIBS = ["gang", "openmpi", "mpich", "gloo"]
 # bench/copy_floor's two floors (--floor): loads from memory every rank
 # maps, and process_vm_readv from the peers' buffers.
 FLOORS = ["floor", "floor_cma"]
+# all_reduce's sum floors (COPY_FLOOR_ALL_REDUCE=sum): what a real
+# all_reduce must move, pipelined, from mapped buffers and through
+# process_vm_readv; the copy floors stay the two-core copy bound.
+SUM_FLOORS = ["floor_sum", "floor_sum_cma"]
 LABEL = {"gang": "gang", "openmpi": "Open MPI", "mpich": "MPICH",
          "gloo": "Gloo", "floor": "copy floor", "floor_cma": "CMA floor",
+         "floor_sum": "sum floor", "floor_sum_cma": "CMA sum floor",
          "gang_mem": "gang mem"}
 GLOO_ALGOS = ["ring", "ring_chunked", "halving_doubling", "bcube",
               "allreduce_ring", "allreduce_bcube"]
@@ -223,9 +228,11 @@ def command(lib, bins, args, coll, bench_args, store_dir):
             env["MPIR_CVAR_NOLOCAL"] = "1"
             env["UCX_TLS"] = "tcp"
         return ["mpirun.mpich", "-np", str(np), bins["mpich"]] + argv, env
-    if lib in FLOORS:
-        if lib == "floor_cma":
+    if lib in FLOORS + SUM_FLOORS:
+        if lib.endswith("_cma"):
             env["COPY_FLOOR_CMA"] = "1"
+        if lib in SUM_FLOORS:
+            env["COPY_FLOOR_ALL_REDUCE"] = "sum"
         return ([bins["gangrun"], "--standalone", "--no-store",
                  "--nproc-per-node", str(np), "--local-ranks-filter", "0",
                  "--term-grace", "2s", bins["floor"]] + argv, env)

@@ -18,11 +18,16 @@
  *   reduce_scatter: sum every rank's block r into one's output;
  *   all_reduce: a copy of the whole buffer on every rank at once (from
  *     its send or, in place, its stage buffer), the two-core copy bound:
- *     read S, write S per rank, the fewest bytes an all_reduce moves
- *     through each core, without the sum. That is not the result, so
+ *     read S, write S per rank, less than any all_reduce moves through
+ *     each core (it has no sum). That is not the result, so
  *     all_reduce's results are not checked. (Two
  *     phases, a reduce_scatter and an all_gather between barriers, took
- *     longer than gang's pipelined all_reduce: no floor.);
+ *     longer than gang's pipelined all_reduce: no floor.) With
+ *     COPY_FLOOR_ALL_REDUCE=sum, the least a real all_reduce does with
+ *     every buffer mapped, pipelined by COPY_FLOOR_CHUNK bytes (1 MiB):
+ *     per chunk each rank sums its block from every rank's buffer into
+ *     its own, a barrier, then copies the others' summed blocks (read
+ *     1.5 S, write S per rank with two ranks); its results are checked;
  *   broadcast: copy the root's buffer (out of place, the root first copies
  *     its input to its output, as gang-bench measures gang);
  *   all_to_all: copy block r of every rank's input (in place through this
@@ -78,9 +83,11 @@ typedef struct header {
 
 typedef struct floor_ctx {
   int rank, size;
-  int yield;  /* more ranks than CPUs: give the CPU up while waiting */
-  int cma;    /* peers' buffers read with process_vm_readv */
-  float *tmp; /* CMA reductions: a peer's chunk */
+  int yield;        /* more ranks than CPUs: give the CPU up while waiting */
+  int cma;          /* peers' buffers read with process_vm_readv */
+  int sum;          /* COPY_FLOOR_ALL_REDUCE=sum */
+  size_t sum_chunk; /* its chunk, bytes */
+  float *tmp;       /* CMA reductions: a peer's chunk */
   unsigned char *base;
   size_t bytes, cap, slots; /* segment, one buffer, doubles per rank */
   header *h;
@@ -200,6 +207,38 @@ static int reduce_block(floor_ctx *f, const bench_call *c, size_t lo, size_t hi,
   return 0;
 }
 
+/* COPY_FLOOR_ALL_REDUCE=sum: the least a real all_reduce does with every
+ * buffer mapped, pipelined by chunk: rank r sums its block of the chunk
+ * from every rank's buffer into its own, one barrier, then copies the
+ * other ranks' summed blocks from their buffers. No chunk waits for more
+ * than that barrier: a rank's next sum writes only its own block of the
+ * next chunk, which no peer reads before the next barrier. Called after
+ * the entry barrier; ends with the exit barrier. */
+static int sum_allreduce(floor_ctx *f, const bench_call *c) {
+  int r = f->rank, n = f->size;
+  size_t count = c->s.bytes / sizeof(float);
+  size_t per = f->sum_chunk / sizeof(float);
+  float *mine = (float *)c->recv;
+  for (size_t done = 0; done < count; done += per) {
+    size_t m = count - done < per ? count - done : per;
+    size_t lo = done + m * (size_t)r / (size_t)n;
+    size_t hi = done + m * (size_t)(r + 1) / (size_t)n;
+    if (hi > lo && reduce_block(f, c, lo, hi, mine + lo) != 0)
+      return 1;
+    barrier(f);
+    for (int j = 1; j < n; j++) {
+      int q = (r + j) % n;
+      size_t ql = done + m * (size_t)q / (size_t)n;
+      size_t qh = done + m * (size_t)(q + 1) / (size_t)n;
+      if (qh > ql && fetch(f, q, mine + ql, (float *)recvbuf(f, q) + ql,
+                           (qh - ql) * sizeof(float)) != 0)
+        return 1;
+    }
+  }
+  barrier(f);
+  return 0;
+}
+
 static int fl_run(void *ctx, const bench_call *c) {
   floor_ctx *f = ctx;
   int r = f->rank, n = f->size;
@@ -228,7 +267,9 @@ static int fl_run(void *ctx, const bench_call *c) {
       return 1;
     break;
   }
-  case BENCH_ALL_REDUCE: /* the two-core copy bound: see the top */
+  case BENCH_ALL_REDUCE: /* see the top */
+    if (f->sum)
+      return sum_allreduce(f, c);
     memcpy(c->recv, c->inplace ? c->stage : c->send, c->s.bytes);
     break;
   case BENCH_BROADCAST:
@@ -453,6 +494,24 @@ int main(int argc, char **argv) {
   }
   const char *cma = getenv("COPY_FLOOR_CMA");
   f.cma = cma != NULL && strcmp(cma, "1") == 0;
+  const char *ar = getenv("COPY_FLOOR_ALL_REDUCE");
+  if (ar != NULL && strcmp(ar, "sum") != 0 && strcmp(ar, "copy") != 0) {
+    fprintf(stderr, "copy_floor: COPY_FLOOR_ALL_REDUCE=%s (copy or sum)\n", ar);
+    return 2;
+  }
+  f.sum = ar != NULL && strcmp(ar, "sum") == 0;
+  const char *ch = getenv("COPY_FLOOR_CHUNK");
+  char *end = NULL;
+  long long chunk = ch != NULL ? strtoll(ch, &end, 10) : 1 << 20;
+  if (ch != NULL && (*ch == '\0' || *end != '\0' || chunk < 4096 ||
+                     chunk > (1ll << 30) || chunk % 64 != 0)) {
+    fprintf(stderr,
+            "copy_floor: COPY_FLOOR_CHUNK=%s (bytes, a multiple of 64 "
+            "from 4096 to 1 GiB)\n",
+            ch);
+    return 2;
+  }
+  f.sum_chunk = (size_t)chunk;
   static float tmp[CMA_CHUNK];
   f.tmp = tmp;
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -470,7 +529,7 @@ int main(int argc, char **argv) {
                      .min_i64 = fl_min_i64,
                      .barrier = fl_barrier,
                      .buffer = fl_buffer,
-                     .unchecked = 1u << BENCH_ALL_REDUCE};
+                     .unchecked = f.sum ? 0 : 1u << BENCH_ALL_REDUCE};
   rc = bench_run(&b, &a);
   munmap(f.base, f.bytes);
   return rc;
