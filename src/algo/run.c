@@ -41,6 +41,7 @@ static const shm_handler shm_handlers[ALGO_COLL_COUNT][ALGO_COUNT] = {
         {
             [ALGO_SHM_STAGED] = gang__shm_reduce_scatter_staged,
             [ALGO_SHM_SINGLE_COPY] = gang__shm_reduce_scatter_single_copy,
+            [ALGO_SHM_MEASURED] = gang__shm_reduce_scatter_measured,
         },
     [ALGO_ALL_TO_ALL] =
         {

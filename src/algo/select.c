@@ -72,20 +72,26 @@ static const algo_rule rules[] = {
     {ALGO_BROADCAST, ALGO_PATH_SHM, ALGO_SHM_SINGLE_COPY, ANY, 64 * KIB, ANY,
      NEED_CMA | WHEN_ROOMY},
     {ALGO_BROADCAST, ALGO_PATH_SHM, ALGO_SHM_STAGED, ANY, 0, ANY, 0},
-    /* Two members: which is faster depends on the machine's memory state
-     * (2 MiB blocks in place: staging 1.1-1.6x faster in one, 4-5x slower
-     * in another), so they measure both (shm_way.c); below 128 KiB blocks
-     * staging was faster in every state. */
+    /* Two members: which is faster depends on the machine and its memory
+     * state (2 MiB blocks in place on the AMD machine: staging 1.1-1.6x
+     * faster in one state, 4-5x slower in another; below 128 KiB blocks
+     * staging was faster there in every state, and single copy 1.5-2.4x
+     * faster on the Intel one from 8 KiB), so they measure both
+     * (shm_way.c). */
     {ALGO_ALL_GATHER, ALGO_PATH_SHM, ALGO_SHM_SINGLE_COPY, ANY, 32 * KIB, ANY,
      NEED_CMA | WHEN_ROOMY | WHEN_THREE_UP},
-    {ALGO_ALL_GATHER, ALGO_PATH_SHM, ALGO_SHM_MEASURED, ANY, 128 * KIB, ANY,
+    {ALGO_ALL_GATHER, ALGO_PATH_SHM, ALGO_SHM_MEASURED, ANY, 16 * KIB, ANY,
      NEED_CMA | WHEN_ROOMY},
     {ALGO_ALL_GATHER, ALGO_PATH_SHM, ALGO_SHM_SMALL, KIB, 0, KIB, 0},
     {ALGO_ALL_GATHER, ALGO_PATH_SHM, ALGO_SHM_STAGED, ANY, 0, ANY, 0},
-    /* Two members: staging is 2-4.5x faster at every size (a pull of 64
-     * KiB pieces moves under 3 GB/s here). */
+    /* Two members: on the AMD machine staging is 2-4.5x faster at every
+     * size (a pull of 64 KiB pieces moves under 3 GB/s there), on the
+     * Intel one single copy 1.3-2x faster from 8 KiB blocks: they measure
+     * both (shm_way.c). */
     {ALGO_REDUCE_SCATTER, ALGO_PATH_SHM, ALGO_SHM_SINGLE_COPY, ANY, 256 * KIB,
      ANY, NEED_CMA | WHEN_ROOMY | WHEN_THREE_UP},
+    {ALGO_REDUCE_SCATTER, ALGO_PATH_SHM, ALGO_SHM_MEASURED, ANY, 16 * KIB, ANY,
+     NEED_CMA | WHEN_ROOMY},
     {ALGO_REDUCE_SCATTER, ALGO_PATH_SHM, ALGO_SHM_STAGED, ANY, 0, ANY, 0},
     {ALGO_ALL_TO_ALL, ALGO_PATH_SHM, ALGO_SHM_SINGLE_COPY, ANY, 16 * KIB, ANY,
      NEED_CMA | WHEN_ROOMY},

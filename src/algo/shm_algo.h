@@ -61,22 +61,32 @@ gang_status gang__shm_alltoallv_single_copy(gang__shm_chan *c,
                                             const algo_call *k);
 
 gang_status gang__shm_allgather_measured(gang__shm_chan *c, const algo_call *k);
+gang_status gang__shm_reduce_scatter_measured(gang__shm_chan *c,
+                                              const algo_call *k);
 
 /* Measured ways (shm_way.c): where two members choose per call between
  * staged chunks and single copy by timing both. gang__shm_way_agree is
  * one flagged step in which the members agree on the way for a call of
- * `bytes` of this kind (and starts its clock); gang__shm_way_learn, once
- * the call is done, keeps its time. */
+ * `bytes` of this kind (and starts its clock), `direct` saying whether
+ * this member's buffer would go direct in the staged way (shm.h, "Direct
+ * steps"); gang__shm_way_learn, once the call is done, keeps its time. */
 typedef enum gang__shm_way_kind {
   GANG__SHM_WAY_ALL_REDUCE,
   GANG__SHM_WAY_ALL_GATHER_IN, /* in place */
   GANG__SHM_WAY_ALL_GATHER_OUT,
+  GANG__SHM_WAY_REDUCE_SCATTER,
 } gang__shm_way_kind;
-enum { GANG__SHM_WAY_STAGED = 0, GANG__SHM_WAY_SINGLE_COPY = 1 };
-_Static_assert(GANG__SHM_WAY_ALL_GATHER_OUT < GANG__SHM_WAY_KINDS,
+/* DIRECT: staged, every member's buffer from gang_mem_alloc, so nothing
+ * is staged and there is nothing to measure (no copy is cheaper). */
+enum {
+  GANG__SHM_WAY_STAGED = 0,
+  GANG__SHM_WAY_SINGLE_COPY = 1,
+  GANG__SHM_WAY_DIRECT = 2
+};
+_Static_assert(GANG__SHM_WAY_REDUCE_SCATTER < GANG__SHM_WAY_KINDS,
                "shm.h keeps times for every kind");
 gang_status gang__shm_way_agree(gang__shm_chan *c, gang__shm_way_kind kind,
-                                size_t bytes, int *way);
+                                size_t bytes, bool direct, int *way);
 void gang__shm_way_learn(gang__shm_chan *c, gang__shm_way_kind kind, int way,
                          size_t bytes);
 

@@ -175,8 +175,15 @@ gang_status gang__shm_allgather_measured(gang__shm_chan *c,
       (uintptr_t)k->in == (uintptr_t)k->out + (uintptr_t)c->rank * bytes
           ? GANG__SHM_WAY_ALL_GATHER_IN
           : GANG__SHM_WAY_ALL_GATHER_OUT;
+  /* staged's direct input (gang__shm_allgather_staged): in, where it lies
+   * apart from out, else this member's slot of out */
+  uintptr_t in = (uintptr_t)k->in, out = (uintptr_t)k->out;
+  bool apart = in + bytes <= out || in >= out + (uintptr_t)c->size * bytes;
+  gang__mem_ref seg;
+  bool direct =
+      gang__shm_direct_mine(apart ? k->in : mine(c, k, bytes), bytes, &seg);
   int way;
-  GANG_CHECK(gang__shm_way_agree(c, kind, bytes, &way));
+  GANG_CHECK(gang__shm_way_agree(c, kind, bytes, direct, &way));
   GANG_CHECK(way == GANG__SHM_WAY_SINGLE_COPY
                  ? gang__shm_allgather_single_copy(c, k)
                  : gang__shm_allgather_staged(c, k));

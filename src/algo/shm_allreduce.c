@@ -317,7 +317,10 @@ gang_status gang__shm_allreduce_measured(gang__shm_chan *c,
     return GANG_OK;
   int way;
   size_t bytes = k->count * gang_dtype_size(k->dtype);
-  GANG_CHECK(gang__shm_way_agree(c, GANG__SHM_WAY_ALL_REDUCE, bytes, &way));
+  gang__mem_ref seg;
+  GANG_CHECK(gang__shm_way_agree(c, GANG__SHM_WAY_ALL_REDUCE, bytes,
+                                 gang__shm_direct_mine(k->out, bytes, &seg),
+                                 &way));
   GANG_CHECK(way == GANG__SHM_WAY_SINGLE_COPY
                  ? single_copy(c, k->out, k->count, k->dtype, k->op)
                  : rsag(c, k->out, k->count, k->dtype, k->op));

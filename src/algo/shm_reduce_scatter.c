@@ -150,3 +150,20 @@ gang_status gang__shm_reduce_scatter_staged(gang__shm_chan *c,
   return trivial(c, k) ? GANG_OK
                        : rs_staged(c, k->out, k->in, k->count, k->dtype, k->op);
 }
+
+gang_status gang__shm_reduce_scatter_measured(gang__shm_chan *c,
+                                              const algo_call *k) {
+  if (trivial(c, k))
+    return GANG_OK;
+  size_t bytes = k->count * gang_dtype_size(k->dtype);
+  int way;
+  gang__mem_ref seg;
+  bool direct = gang__shm_direct_mine(k->in, (size_t)c->size * bytes, &seg);
+  GANG_CHECK(gang__shm_way_agree(c, GANG__SHM_WAY_REDUCE_SCATTER, bytes, direct,
+                                 &way));
+  GANG_CHECK(way == GANG__SHM_WAY_SINGLE_COPY
+                 ? rs_single_copy(c, k->out, k->in, k->count, k->dtype, k->op)
+                 : rs_staged(c, k->out, k->in, k->count, k->dtype, k->op));
+  gang__shm_way_learn(c, GANG__SHM_WAY_REDUCE_SCATTER, way, bytes);
+  return GANG_OK;
+}

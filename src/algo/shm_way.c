@@ -24,11 +24,19 @@
  * machine's state changes (two in 128: at most 2-3 % more time where the
  * other way is twice as slow). The members agree in one flagged step before
  * the call: any single copy takes single copy on every member. All make
- * the same calls and keep the same times' count, so they try together. */
+ * the same calls and keep the same times' count, so they try together.
+ * Where every member's buffer is from gang_mem_alloc the staged way
+ * stages nothing (its reads are the single copy, from the mapping): the
+ * call takes it without a measure. */
 #include "core/clock.h"
 #include "shm_algo.h"
 
+_Atomic uint64_t gang__shm_way_taken[2];
+
 #define SHM_WAY_RETRY 128
+/* In a member's byte of the agreeing step, beside its proposal: its
+ * buffer would go direct. */
+#define SHM_WAY_DIRECT_BIT 2u
 /* Times of each way before the first choice. */
 #define SHM_WAY_TRIALS 3
 
@@ -36,7 +44,7 @@
  * the last holding everything above. */
 static int way_class(gang__shm_way_kind kind, size_t bytes) {
   size_t first =
-      kind == GANG__SHM_WAY_ALL_REDUCE ? (size_t)16 << 20 : (size_t)128 << 10;
+      kind == GANG__SHM_WAY_ALL_REDUCE ? (size_t)16 << 20 : (size_t)16 << 10;
   int k = 0;
   for (size_t b = bytes / first / 2; b != 0 && k < GANG__SHM_WAY_CLASSES - 1;
        b >>= 1)
@@ -78,24 +86,32 @@ static int way_proposal(const gang__shm_chan *c, gang__shm_way_kind kind,
 }
 
 gang_status gang__shm_way_agree(gang__shm_chan *c, gang__shm_way_kind kind,
-                                size_t bytes, int *way) {
-  unsigned char mine = (unsigned char)way_proposal(c, kind, bytes), theirs;
+                                size_t bytes, bool direct, int *way) {
+  unsigned char mine = (unsigned char)(way_proposal(c, kind, bytes) |
+                                       (direct ? SHM_WAY_DIRECT_BIT : 0)),
+                theirs;
   uint64_t t;
   GANG_CHECK(gang__shm_ll_step(c, &mine, 1, &t));
-  *way = GANG__SHM_WAY_STAGED;
+  bool single = false, all_direct = true;
   for (int j = 0; j < c->size; j++) {
     gang__shm_ll_gather(&theirs, c, j, t, 1);
-    if (theirs == GANG__SHM_WAY_SINGLE_COPY)
-      *way = GANG__SHM_WAY_SINGLE_COPY;
+    single |= (theirs & 1) == GANG__SHM_WAY_SINGLE_COPY;
+    all_direct &= (theirs & SHM_WAY_DIRECT_BIT) != 0;
   }
+  *way = all_direct ? GANG__SHM_WAY_DIRECT
+         : single   ? GANG__SHM_WAY_SINGLE_COPY
+                    : GANG__SHM_WAY_STAGED;
   c->way_wall0 = gang__now_ns();
   return GANG_OK;
 }
 
 void gang__shm_way_learn(gang__shm_chan *c, gang__shm_way_kind kind, int way,
                          size_t bytes) {
+  if (way == GANG__SHM_WAY_DIRECT)
+    return; /* not measured */
   int64_t wall = gang__now_ns() - c->way_wall0;
   c->way_calls[kind]++;
+  atomic_fetch_add_explicit(&gang__shm_way_taken[way], 1, memory_order_relaxed);
   if (bytes == 0)
     return;
   int k = way_class(kind, bytes);

@@ -48,8 +48,8 @@
 #define GANG_SHM_MAX_LOCAL 128
 /* Kinds of call that measure staged chunks against single copy
  * (src/algo/shm_way.c), size classes of each and times kept per way. */
-#define GANG__SHM_WAY_KINDS 3
-#define GANG__SHM_WAY_CLASSES 8
+#define GANG__SHM_WAY_KINDS 4
+#define GANG__SHM_WAY_CLASSES 11
 #define GANG__SHM_WAY_SAMPLES 5
 /* Step lines per member, a ring: step t uses line GANG_SHM_LINE(t). A
  * step that writes nothing but its line or its small slot of that step
@@ -409,6 +409,10 @@ int gang__mem_peer_mapped(void);
 
 /* Single copies made with loads and stores from mapped segments (tests). */
 extern _Atomic uint64_t gang__mem_copies;
+
+/* Calls a measured way ran (src/algo/shm_way.c), staged then single copy
+ * (tests). */
+extern _Atomic uint64_t gang__shm_way_taken[2];
 
 /* The arena's failure, GANG_OK while healthy. */
 gang_status gang__shm_failed(const gang__shm *s);

@@ -11,6 +11,7 @@
  * wrong place shows. GANG_SHM_CMA=1 allows single copy with more ranks than
  * CPUs. */
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <string.h>
 #include <unistd.h>
@@ -18,6 +19,7 @@
 #include "harness/harness.h"
 
 #include "algo/run.h"
+#include "transport/shm.h"
 #include "gang/gang.h"
 #include "pg.h"
 
@@ -89,6 +91,11 @@ static const forced cases[] = {
     {"reduce_scatter=single_copy",
      "reduce_scatter",
      "single_copy",
+     {1, 5000, 300001},
+     0},
+    {"reduce_scatter=staged_or_single_copy",
+     "reduce_scatter",
+     "staged_or_single_copy",
      {1, 5000, 300001},
      0},
     {"reduce_scatter=ring", "reduce_scatter", "ring", {1, 5000, 70001}, 0},
@@ -292,6 +299,61 @@ static void test_every_algorithm(void **state) {
   unsetenv("GANG_ALGO");
 }
 
+/* The measured ways (staged_or_single_copy, src/algo/shm_way.c): two
+ * members try staging, then single copy, then keep the faster, so a
+ * dozen calls of each size run both; every call's result must be right
+ * whichever ran, with sizes of one chunk and of several (all_gather in
+ * place and out, which measure apart). arg: the collective. */
+static int ways_rank(int rank, int size, void *arg) {
+  const char *coll = arg;
+  gang_t *g = gt_join("ways", g_round, rank, size, 60000, 0);
+  uint64_t before[2] = {atomic_load(&gang__shm_way_taken[0]),
+                        atomic_load(&gang__shm_way_taken[1])};
+  for (int it = 0; it < 12; it++) {
+    size_t n = it % 2 == 0 ? 5000 : 300001; /* one chunk, several */
+    if (strcmp(coll, "all_reduce") == 0)
+      run_all_reduce(g, rank, size, n);
+    else if (strcmp(coll, "reduce_scatter") == 0)
+      run_reduce_scatter(g, rank, size, n);
+    else /* out of place and in place, two kinds of call */
+      run_all_gather(g, rank, size, n);
+  }
+  RCHECK(atomic_load(&gang__shm_way_taken[0]) > before[0]);
+  RCHECK(atomic_load(&gang__shm_way_taken[1]) > before[1]);
+  gang_destroy(g);
+  return 0;
+}
+
+static void test_measured_ways_take_both(void **state) {
+  (void)state;
+  static const forced measured[] = {
+      {"all_reduce=staged_or_single_copy",
+       "all_reduce",
+       "staged_or_single_copy",
+       {0, 0, 0},
+       2},
+      {"all_gather=staged_or_single_copy",
+       "all_gather",
+       "staged_or_single_copy",
+       {0, 0, 0},
+       2},
+      {"reduce_scatter=staged_or_single_copy",
+       "reduce_scatter",
+       "staged_or_single_copy",
+       {0, 0, 0},
+       2},
+  };
+  for (size_t c = 0; c < sizeof measured / sizeof measured[0]; c++) {
+    g_case = &measured[c];
+    setenv("GANG_ALGO", g_case->setting, 1);
+    print_message("%s, 2 ranks, 12 calls\n", g_case->setting);
+    g_round++;
+    assert_int_equal(gt_run_ranks(2, ways_rank, (void *)g_case->coll, 60000),
+                     0);
+  }
+  unsetenv("GANG_ALGO");
+}
+
 /* The selection table and the handlers (src/algo/run.c) name the same
  * pairs: a rule without a handler would fail when chosen, a handler
  * without a rule could never run. The hierarchical path is no handler: it
@@ -312,7 +374,7 @@ static void test_table_and_handlers_agree(void **state) {
                  rule ? "in the table, no handler" : "a handler, no rule");
       pairs += rule;
     }
-  assert_int_equal(pairs, 33);
+  assert_int_equal(pairs, 34);
   algo_call k = {0};
   assert_int_equal(gang__algo_run_tcp(NULL, ALGO_BARRIER, ALGO_TCP_RING, &k),
                    GANG_INTERNAL);
@@ -786,6 +848,7 @@ int main(void) {
       GT_TEST(test_ranks_must_agree),
       GT_TEST(test_pinned_ranks),
       GT_TEST(test_every_algorithm),
+      GT_TEST(test_measured_ways_take_both),
       GT_TEST(test_bruck_sizes),
       GT_TEST(test_halving_doubling_sizes),
       GT_TEST(test_scatter_allgather_sizes),

@@ -282,8 +282,7 @@ static void test_own_address_is_this_host(void **state) {
  * must run, the broadcast's (two_ends: single copy between two members),
  * the all_gather's (staged_or_single_copy: two members measure both at its
  * 4 MiB blocks, an entry only a host with a CPU per member takes) and the
- * reduce_scatter's (two members always stage it); staged on a single
- * CPU. */
+ * reduce_scatter's (the same measuring entry); staged on a single CPU. */
 static int cpus_rank(int rank, int size, void *arg) {
   const char *const *want = arg; /* broadcast, all_gather, reduce_scatter */
   if (rank == 0) {
@@ -328,7 +327,7 @@ static void test_ranks_that_count_cpus_differently(void **state) {
   cpu_set_t mine;
   assert_int_equal(sched_getaffinity(0, sizeof mine, &mine), 0);
   static const char *const single[] = {"two_ends", "staged_or_single_copy",
-                                       "staged"};
+                                       "staged_or_single_copy"};
   static const char *const staged[] = {"staged", "staged", "staged"};
   const char *const *want = CPU_COUNT(&mine) >= 2 ? single : staged;
   g_round++;
