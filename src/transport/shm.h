@@ -150,6 +150,7 @@ typedef struct gang__shm_chan {
   int64_t deadline;     /* of the running collective */
   int64_t next_poke;    /* when a sleeping wait next pokes the fabric */
   int64_t next_move;    /* when a wait may next move off a shared CPU */
+  int short_spins;      /* waits left that spin briefly (shm.c) */
   /* How two members choose between staged chunks and single copy where
    * they measure both (src/algo/shm_way.c): the clock when all arrived,
    * and per kind of call, size class and way the last few times, ns per
