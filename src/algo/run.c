@@ -29,6 +29,7 @@ static const shm_handler shm_handlers[ALGO_COLL_COUNT][ALGO_COUNT] = {
             [ALGO_SHM_STAGED] = gang__shm_bcast_staged,
             [ALGO_SHM_SINGLE_COPY] = gang__shm_bcast_single_copy,
             [ALGO_SHM_TWO_ENDS] = gang__shm_bcast_two_ends,
+            [ALGO_SHM_MEASURED] = gang__shm_bcast_measured,
         },
     [ALGO_ALL_GATHER] =
         {

@@ -71,6 +71,12 @@ static const algo_rule rules[] = {
      NEED_CMA | NEED_TWO | WHEN_ROOMY},
     {ALGO_BROADCAST, ALGO_PATH_SHM, ALGO_SHM_SINGLE_COPY, ANY, 64 * KIB, ANY,
      NEED_CMA | WHEN_ROOMY},
+    /* Two members below that: staging measured faster on the AMD machine
+     * (32 KiB: 2.7-4.5 us against Open MPI's 4.3-5.0), two ends 2-3x
+     * faster on the Intel one (32 KiB: 1.7-2.3 against 5.5-6.5), so they
+     * measure both (shm_way.c). */
+    {ALGO_BROADCAST, ALGO_PATH_SHM, ALGO_SHM_MEASURED, ANY, 8 * KIB, ANY,
+     NEED_CMA | NEED_TWO | WHEN_ROOMY},
     {ALGO_BROADCAST, ALGO_PATH_SHM, ALGO_SHM_STAGED, ANY, 0, ANY, 0},
     /* Two members: which is faster depends on the machine and its memory
      * state (2 MiB blocks in place on the AMD machine: staging 1.1-1.6x

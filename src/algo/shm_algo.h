@@ -63,6 +63,7 @@ gang_status gang__shm_alltoallv_single_copy(gang__shm_chan *c,
 gang_status gang__shm_allgather_measured(gang__shm_chan *c, const algo_call *k);
 gang_status gang__shm_reduce_scatter_measured(gang__shm_chan *c,
                                               const algo_call *k);
+gang_status gang__shm_bcast_measured(gang__shm_chan *c, const algo_call *k);
 
 /* Measured ways (shm_way.c): where two members choose per call between
  * staged chunks and single copy by timing both. gang__shm_way_agree is
@@ -75,6 +76,7 @@ typedef enum gang__shm_way_kind {
   GANG__SHM_WAY_ALL_GATHER_IN, /* in place */
   GANG__SHM_WAY_ALL_GATHER_OUT,
   GANG__SHM_WAY_REDUCE_SCATTER,
+  GANG__SHM_WAY_BROADCAST,
 } gang__shm_way_kind;
 /* DIRECT: staged, every member's buffer from gang_mem_alloc, so nothing
  * is staged and there is nothing to measure (no copy is cheaper). */
@@ -83,12 +85,19 @@ enum {
   GANG__SHM_WAY_SINGLE_COPY = 1,
   GANG__SHM_WAY_DIRECT = 2
 };
-_Static_assert(GANG__SHM_WAY_REDUCE_SCATTER < GANG__SHM_WAY_KINDS,
+_Static_assert(GANG__SHM_WAY_BROADCAST < GANG__SHM_WAY_KINDS,
                "shm.h keeps times for every kind");
 gang_status gang__shm_way_agree(gang__shm_chan *c, gang__shm_way_kind kind,
                                 size_t bytes, bool direct, int *way);
 void gang__shm_way_learn(gang__shm_chan *c, gang__shm_way_kind kind, int way,
                          size_t bytes);
+/* As gang__shm_way_agree without `direct`, for calls too short to pay for
+ * that step each time: it runs only when a choice is due (the first after
+ * the trials, then once every SHM_WAY_RETRY calls of the size class), and
+ * the other calls take the trial's way, the retry's or the last agreed,
+ * which follow from the calls every member has made alike. */
+gang_status gang__shm_way_sparse(gang__shm_chan *c, gang__shm_way_kind kind,
+                                 size_t bytes, int *way);
 
 /* What the table needs to know of a channel for a call of `bytes` (see
  * select.h for what bytes means per collective) and `count` elements. */

@@ -115,3 +115,22 @@ gang_status gang__shm_bcast_single_copy(gang__shm_chan *c, const algo_call *k) {
 gang_status gang__shm_bcast_staged(gang__shm_chan *c, const algo_call *k) {
   return run(c, k, bcast_staged);
 }
+
+/* Two members, below two ends' own entry: staged or two ends, whichever
+ * they measured faster (shm_way.c), agreeing only when a choice is due:
+ * a step each call would make the root wait for its reader, where
+ * staging lets it run a call ahead. */
+gang_status gang__shm_bcast_measured(gang__shm_chan *c, const algo_call *k) {
+  size_t n = k->count * gang_dtype_size(k->dtype);
+  if (c->size == 1 || n == 0)
+    return GANG_OK;
+  if (c->size != 2)
+    return bcast_staged(c, k->out, n, k->root);
+  int way;
+  GANG_CHECK(gang__shm_way_sparse(c, GANG__SHM_WAY_BROADCAST, n, &way));
+  GANG_CHECK(way == GANG__SHM_WAY_SINGLE_COPY
+                 ? bcast_two_ends(c, k->out, n, k->root)
+                 : bcast_staged(c, k->out, n, k->root));
+  gang__shm_way_learn(c, GANG__SHM_WAY_BROADCAST, way, n);
+  return GANG_OK;
+}

@@ -27,7 +27,16 @@
  * the same calls and keep the same times' count, so they try together.
  * Where every member's buffer is from gang_mem_alloc the staged way
  * stages nothing (its reads are the single copy, from the mapping): the
- * call takes it without a measure. */
+ * call takes it without a measure.
+ *
+ * Broadcasts below 64 KiB take 1-6 us, and the agreeing step would cost
+ * about 0.7 of them and make the root wait for its reader where staging
+ * lets it run a call ahead. They agree only when a choice is due
+ * (gang__shm_way_sparse): the trials' ways, the retries' and the way
+ * last agreed follow from the calls of the size class, which every member
+ * has made alike, so only the first choice and every SHM_WAY_RETRY-th call
+ * need the step. Their times run from each member's entry, its wait for
+ * the others included. */
 #include "core/clock.h"
 #include "shm_algo.h"
 
@@ -43,8 +52,9 @@ _Atomic uint64_t gang__shm_way_taken[2];
 /* The size class of a call: the kind's first class, then each doubling,
  * the last holding everything above. */
 static int way_class(gang__shm_way_kind kind, size_t bytes) {
-  size_t first =
-      kind == GANG__SHM_WAY_ALL_REDUCE ? (size_t)16 << 20 : (size_t)16 << 10;
+  size_t first = kind == GANG__SHM_WAY_ALL_REDUCE  ? (size_t)16 << 20
+                 : kind == GANG__SHM_WAY_BROADCAST ? (size_t)8 << 10
+                                                   : (size_t)16 << 10;
   int k = 0;
   for (size_t b = bytes / first / 2; b != 0 && k < GANG__SHM_WAY_CLASSES - 1;
        b >>= 1)
@@ -68,9 +78,9 @@ static double way_typical(const gang__shm_chan *c, gang__shm_way_kind kind,
   return n == 0 ? 0 : v[n / 2];
 }
 
-/* This member's proposal. */
+/* This member's proposal; `retry`: the other way on the retry calls. */
 static int way_proposal(const gang__shm_chan *c, gang__shm_way_kind kind,
-                        size_t bytes) {
+                        size_t bytes, bool retry) {
   int k = way_class(kind, bytes);
   int ns = c->way_n[kind][k][GANG__SHM_WAY_STAGED],
       nc = c->way_n[kind][k][GANG__SHM_WAY_SINGLE_COPY];
@@ -81,13 +91,14 @@ static int way_proposal(const gang__shm_chan *c, gang__shm_way_kind kind,
   double staged = way_typical(c, kind, k, GANG__SHM_WAY_STAGED),
          single = way_typical(c, kind, k, GANG__SHM_WAY_SINGLE_COPY);
   int best = single < staged ? GANG__SHM_WAY_SINGLE_COPY : GANG__SHM_WAY_STAGED;
-  return c->way_calls[kind] % SHM_WAY_RETRY >= SHM_WAY_RETRY - 2 ? 1 - best
-                                                                 : best;
+  return retry && c->way_calls[kind] % SHM_WAY_RETRY >= SHM_WAY_RETRY - 2
+             ? 1 - best
+             : best;
 }
 
-gang_status gang__shm_way_agree(gang__shm_chan *c, gang__shm_way_kind kind,
-                                size_t bytes, bool direct, int *way) {
-  unsigned char mine = (unsigned char)(way_proposal(c, kind, bytes) |
+static gang_status agree(gang__shm_chan *c, gang__shm_way_kind kind,
+                         size_t bytes, bool direct, bool retry, int *way) {
+  unsigned char mine = (unsigned char)(way_proposal(c, kind, bytes, retry) |
                                        (direct ? SHM_WAY_DIRECT_BIT : 0)),
                 theirs;
   uint64_t t;
@@ -105,6 +116,34 @@ gang_status gang__shm_way_agree(gang__shm_chan *c, gang__shm_way_kind kind,
   return GANG_OK;
 }
 
+gang_status gang__shm_way_agree(gang__shm_chan *c, gang__shm_way_kind kind,
+                                size_t bytes, bool direct, int *way) {
+  return agree(c, kind, bytes, direct, true, way);
+}
+
+gang_status gang__shm_way_sparse(gang__shm_chan *c, gang__shm_way_kind kind,
+                                 size_t bytes, int *way) {
+  int k = way_class(kind, bytes);
+  int ns = c->way_n[kind][k][GANG__SHM_WAY_STAGED],
+      nc = c->way_n[kind][k][GANG__SHM_WAY_SINGLE_COPY];
+  uint32_t phase = c->way_class_calls[kind][k] % SHM_WAY_RETRY;
+  uint8_t *agreed = &c->way_agreed[kind][k];
+  if (ns < SHM_WAY_TRIALS) {
+    *way = GANG__SHM_WAY_STAGED;
+  } else if (nc < SHM_WAY_TRIALS) {
+    *way = GANG__SHM_WAY_SINGLE_COPY;
+  } else if (*agreed == 0 || phase == 0) {
+    GANG_CHECK(agree(c, kind, bytes, false, false, way));
+    *agreed = (uint8_t)(*way + 1);
+  } else if (phase >= SHM_WAY_RETRY - 2) {
+    *way = 1 - (*agreed - 1); /* the other way, again */
+  } else {
+    *way = *agreed - 1;
+  }
+  c->way_wall0 = gang__now_ns();
+  return GANG_OK;
+}
+
 void gang__shm_way_learn(gang__shm_chan *c, gang__shm_way_kind kind, int way,
                          size_t bytes) {
   if (way == GANG__SHM_WAY_DIRECT)
@@ -115,6 +154,7 @@ void gang__shm_way_learn(gang__shm_chan *c, gang__shm_way_kind kind, int way,
   if (bytes == 0)
     return;
   int k = way_class(kind, bytes);
+  c->way_class_calls[kind][k]++;
   /* The first call after the other way (or the first at this size:
    * 11-13 ms against 0.5-1.3 for 8 MiB blocks) is not kept. */
   bool after_same = c->way_prev[kind][k] == way + 1;

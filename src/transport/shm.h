@@ -48,7 +48,7 @@
 #define GANG_SHM_MAX_LOCAL 128
 /* Kinds of call that measure staged chunks against single copy
  * (src/algo/shm_way.c), size classes of each and times kept per way. */
-#define GANG__SHM_WAY_KINDS 4
+#define GANG__SHM_WAY_KINDS 5
 #define GANG__SHM_WAY_CLASSES 11
 #define GANG__SHM_WAY_SAMPLES 5
 /* Step lines per member, a ring: step t uses line GANG_SHM_LINE(t). A
@@ -162,6 +162,10 @@ typedef struct gang__shm_chan {
   uint8_t way_n[GANG__SHM_WAY_KINDS][GANG__SHM_WAY_CLASSES][2];
   uint8_t way_prev[GANG__SHM_WAY_KINDS][GANG__SHM_WAY_CLASSES];
   uint32_t way_calls[GANG__SHM_WAY_KINDS]; /* calls that chose so far */
+  /* gang__shm_way_sparse: calls per size class, and the way last agreed
+   * there (1 + way, 0: none yet) */
+  uint32_t way_class_calls[GANG__SHM_WAY_KINDS][GANG__SHM_WAY_CLASSES];
+  uint8_t way_agreed[GANG__SHM_WAY_KINDS][GANG__SHM_WAY_CLASSES];
   int64_t timeout_ms; /* of the running collective; with deadline 0, the
                          first wait that sleeps sets the deadline (the
                          spin before it, under 1 ms, is not counted) */

@@ -65,6 +65,11 @@ static const forced cases[] = {
      0},
     {"broadcast=small", "broadcast", "small", {1, 100, 256}, 0},
     {"broadcast=two_ends", "broadcast", "two_ends", {1, 5000, 600001}, 2},
+    {"broadcast=staged_or_single_copy",
+     "broadcast",
+     "staged_or_single_copy",
+     {1, 5000, 600001},
+     2},
     {"broadcast=single_copy", "broadcast", "single_copy", {1, 5000, 600001}, 0},
     {"broadcast=staged", "broadcast", "staged", {1, 5000, 600001}, 0},
     {"broadcast=binomial", "broadcast", "binomial", {1, 5000, 70001}, 0},
@@ -313,11 +318,19 @@ static int ways_rank(int rank, int size, void *arg) {
     size_t n = it % 2 == 0 ? 5000 : 300001; /* one chunk, several */
     if (strcmp(coll, "all_reduce") == 0)
       run_all_reduce(g, rank, size, n);
+    else if (strcmp(coll, "broadcast") == 0)
+      run_broadcast(g, rank, size, n);
     else if (strcmp(coll, "reduce_scatter") == 0)
       run_reduce_scatter(g, rank, size, n);
     else /* out of place and in place, two kinds of call */
       run_all_gather(g, rank, size, n);
   }
+  /* Broadcast agrees only when a choice is due (gang__shm_way_sparse):
+   * past two rounds of its retries and fresh choices, each call's way
+   * must still be the same on both members, or a result would be wrong
+   * or the call would hang. */
+  for (int it = 0; strcmp(coll, "broadcast") == 0 && it < 150; it++)
+    run_broadcast(g, rank, size, 4096);
   RCHECK(atomic_load(&gang__shm_way_taken[0]) > before[0]);
   RCHECK(atomic_load(&gang__shm_way_taken[1]) > before[1]);
   gang_destroy(g);
@@ -339,6 +352,11 @@ static void test_measured_ways_take_both(void **state) {
        2},
       {"reduce_scatter=staged_or_single_copy",
        "reduce_scatter",
+       "staged_or_single_copy",
+       {0, 0, 0},
+       2},
+      {"broadcast=staged_or_single_copy",
+       "broadcast",
        "staged_or_single_copy",
        {0, 0, 0},
        2},
@@ -374,7 +392,7 @@ static void test_table_and_handlers_agree(void **state) {
                  rule ? "in the table, no handler" : "a handler, no rule");
       pairs += rule;
     }
-  assert_int_equal(pairs, 34);
+  assert_int_equal(pairs, 35);
   algo_call k = {0};
   assert_int_equal(gang__algo_run_tcp(NULL, ALGO_BARRIER, ALGO_TCP_RING, &k),
                    GANG_INTERNAL);
