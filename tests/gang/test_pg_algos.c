@@ -238,6 +238,7 @@ static void run_all_to_all(gang_t *g, int rank, int size, size_t n) {
 /* Rank r sends n + r + q elements to rank q (so it receives n + j + r from
  * rank j); element i of the block for q is val(r, q * n + i). */
 static void run_all_to_all_v(gang_t *g, int rank, int size, size_t n) {
+  RCHECK(size >= 1 && size <= 3); /* the counts' arrays */
   size_t in_counts[3], out_counts[3], in_total = 0, out_total = 0;
   for (int q = 0; q < size; q++) {
     in_counts[q] = n + (size_t)rank + (size_t)q;
@@ -261,29 +262,32 @@ static void run_all_to_all_v(gang_t *g, int rank, int size, size_t n) {
   free(out);
 }
 
+/* One call (two or three for some) of `coll` with n elements, checked. */
+static void run_coll(gang_t *g, const char *coll, int rank, int size,
+                     size_t n) {
+  if (strcmp(coll, "all_reduce") == 0)
+    run_all_reduce(g, rank, size, n);
+  else if (strcmp(coll, "broadcast") == 0)
+    run_broadcast(g, rank, size, n);
+  else if (strcmp(coll, "all_gather") == 0)
+    run_all_gather(g, rank, size, n);
+  else if (strcmp(coll, "reduce_scatter") == 0)
+    run_reduce_scatter(g, rank, size, n);
+  else if (strcmp(coll, "all_to_all") == 0)
+    run_all_to_all(g, rank, size, n);
+  else if (strcmp(coll, "all_to_all_v") == 0)
+    run_all_to_all_v(g, rank, size, n);
+  else {
+    RCHECK_OK(gang_barrier(g));
+    check_last(g);
+  }
+}
+
 static int rank_main(int rank, int size, void *arg) {
   (void)arg;
   gang_t *g = gt_join("algos", g_round, rank, size, 60000, 0);
-  const char *coll = g_case->coll;
-  for (int k = 0; k < 3; k++) {
-    size_t n = g_case->counts[k];
-    if (strcmp(coll, "all_reduce") == 0)
-      run_all_reduce(g, rank, size, n);
-    else if (strcmp(coll, "broadcast") == 0)
-      run_broadcast(g, rank, size, n);
-    else if (strcmp(coll, "all_gather") == 0)
-      run_all_gather(g, rank, size, n);
-    else if (strcmp(coll, "reduce_scatter") == 0)
-      run_reduce_scatter(g, rank, size, n);
-    else if (strcmp(coll, "all_to_all") == 0)
-      run_all_to_all(g, rank, size, n);
-    else if (strcmp(coll, "all_to_all_v") == 0)
-      run_all_to_all_v(g, rank, size, n);
-    else {
-      RCHECK_OK(gang_barrier(g));
-      check_last(g);
-    }
-  }
+  for (int k = 0; k < 3; k++)
+    run_coll(g, g_case->coll, rank, size, g_case->counts[k]);
   gang_destroy(g);
   return 0;
 }
@@ -314,17 +318,10 @@ static int ways_rank(int rank, int size, void *arg) {
   gang_t *g = gt_join("ways", g_round, rank, size, 60000, 0);
   uint64_t before[2] = {atomic_load(&gang__shm_way_taken[0]),
                         atomic_load(&gang__shm_way_taken[1])};
-  for (int it = 0; it < 12; it++) {
-    size_t n = it % 2 == 0 ? 5000 : 300001; /* one chunk, several */
-    if (strcmp(coll, "all_reduce") == 0)
-      run_all_reduce(g, rank, size, n);
-    else if (strcmp(coll, "broadcast") == 0)
-      run_broadcast(g, rank, size, n);
-    else if (strcmp(coll, "reduce_scatter") == 0)
-      run_reduce_scatter(g, rank, size, n);
-    else /* out of place and in place, two kinds of call */
-      run_all_gather(g, rank, size, n);
-  }
+  /* one chunk, several; all_gather out of place and in place, which
+   * measure apart */
+  for (int it = 0; it < 12; it++)
+    run_coll(g, coll, rank, size, it % 2 == 0 ? 5000 : 300001);
   /* Broadcast agrees only when a choice is due (gang__shm_way_sparse):
    * past two rounds of its retries and fresh choices, each call's way
    * must still be the same on both members, or a result would be wrong
