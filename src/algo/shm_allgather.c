@@ -149,16 +149,22 @@ gang_status gang__shm_allgather_small(gang__shm_chan *c, const algo_call *k) {
                                 false);
 }
 
-gang_status gang__shm_allgather_staged(gang__shm_chan *c, const algo_call *k) {
-  size_t bytes = k->count * gang_dtype_size(k->dtype);
+/* An input from gang_mem_alloc apart from out, which staging reads there
+ * (gang__shm_allgather_staged). */
+static bool direct_input(const gang__shm_chan *c, const algo_call *k,
+                         size_t bytes) {
   uintptr_t in = (uintptr_t)k->in, out = (uintptr_t)k->out;
   gang__mem_ref seg;
-  /* An input from gang_mem_alloc apart from out: the others read it there
-   * and this member's own block moves while they do (no copy of it first,
-   * on which they would wait). */
-  if (c->size > 1 && bytes > 0 &&
-      (in + bytes <= out || in >= out + (uintptr_t)c->size * bytes) &&
-      gang__shm_direct_mine(k->in, bytes, &seg))
+  return (in + bytes <= out || in >= out + (uintptr_t)c->size * bytes) &&
+         gang__shm_direct_mine(k->in, bytes, &seg);
+}
+
+gang_status gang__shm_allgather_staged(gang__shm_chan *c, const algo_call *k) {
+  size_t bytes = k->count * gang_dtype_size(k->dtype);
+  /* The others read such an input where it is, and this member's own
+   * block moves while they do (no copy of it first, on which they would
+   * wait). */
+  if (c->size > 1 && bytes > 0 && direct_input(c, k, bytes))
     return allgather_staged(c, k->out, k->in, bytes, false, true);
   return own_block(c, k, &bytes)
              ? GANG_OK
@@ -175,13 +181,11 @@ gang_status gang__shm_allgather_measured(gang__shm_chan *c,
       (uintptr_t)k->in == (uintptr_t)k->out + (uintptr_t)c->rank * bytes
           ? GANG__SHM_WAY_ALL_GATHER_IN
           : GANG__SHM_WAY_ALL_GATHER_OUT;
-  /* staged's direct input (gang__shm_allgather_staged): in, where it lies
-   * apart from out, else this member's slot of out */
-  uintptr_t in = (uintptr_t)k->in, out = (uintptr_t)k->out;
-  bool apart = in + bytes <= out || in >= out + (uintptr_t)c->size * bytes;
+  /* Staging goes direct from such an input, else from this member's slot
+   * of out when that lies in a segment. */
   gang__mem_ref seg;
-  bool direct =
-      gang__shm_direct_mine(apart ? k->in : mine(c, k, bytes), bytes, &seg);
+  bool direct = direct_input(c, k, bytes) ||
+                gang__shm_direct_mine(mine(c, k, bytes), bytes, &seg);
   int way;
   GANG_CHECK(gang__shm_way_agree(c, kind, bytes, direct, &way));
   GANG_CHECK(way == GANG__SHM_WAY_SINGLE_COPY
