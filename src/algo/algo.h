@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/way.h"
 #include "gang/types.h"
 #include "run.h"
 #include "transport/fabric.h"
@@ -31,6 +32,9 @@ typedef struct algo_ctx {
   size_t *scratch_cap;
   void **stage;
   size_t *stage_cap;
+  /* Two members' measured all_reduce: what this member has timed on this
+   * path's pair (NULL: it runs recursive doubling). */
+  gang__way_book *way;
 } algo_ctx;
 
 /* Scratch, or the stage, of at least `bytes` bytes. */
@@ -60,6 +64,8 @@ gang_status gang__algo_barrier_dissemination(algo_ctx *a, const algo_call *k);
 gang_status gang__algo_allreduce_rd(algo_ctx *a, const algo_call *k);
 gang_status gang__algo_allreduce_ring(algo_ctx *a, const algo_call *k);
 gang_status gang__algo_allreduce_hd(algo_ctx *a, const algo_call *k);
+/* Two members: recursive doubling or halving-doubling, as measured. */
+gang_status gang__algo_allreduce_measured(algo_ctx *a, const algo_call *k);
 gang_status gang__algo_bcast_binomial(algo_ctx *a, const algo_call *k);
 gang_status gang__algo_bcast_sag(algo_ctx *a, const algo_call *k);
 gang_status gang__algo_allgather_ring(algo_ctx *a, const algo_call *k);
@@ -70,5 +76,9 @@ gang_status gang__algo_alltoall_pairwise(algo_ctx *a, const algo_call *k);
 /* in_counts[i] elements go to rank i, out_counts[j] come from rank j,
  * blocks packed in rank order. */
 gang_status gang__algo_alltoallv_pairwise(algo_ctx *a, const algo_call *k);
+
+/* Calls the measured all_reduce ran by recursive doubling, then by
+ * halving-doubling (tests). */
+extern _Atomic uint64_t gang__tcp_way_taken[2];
 
 #endif

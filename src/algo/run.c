@@ -63,6 +63,7 @@ static const tcp_handler tcp_handlers[ALGO_COLL_COUNT][ALGO_COUNT] = {
             [ALGO_TCP_RD] = gang__algo_allreduce_rd,
             [ALGO_TCP_RING] = gang__algo_allreduce_ring,
             [ALGO_TCP_HD] = gang__algo_allreduce_hd,
+            [ALGO_TCP_MEASURED] = gang__algo_allreduce_measured,
         },
     [ALGO_BROADCAST] = {[ALGO_TCP_BINOMIAL] = gang__algo_bcast_binomial,
                         [ALGO_TCP_SAG] = gang__algo_bcast_sag},

@@ -134,11 +134,15 @@ static const algo_rule rules[] = {
      WHEN_BEATS_FLAT},
     /* ---- TCP ---- */
     {ALGO_BARRIER, ALGO_PATH_TCP, ALGO_TCP_DISSEMINATION, ANY, 0, ANY, 0},
-    /* Recursive doubling between two ranks always (it moves the same bytes
-     * as the ring in one exchange, which the fabric paces:
-     * docs/algorithms.md); otherwise the cheaper of it and the ring by the
-     * link model. */
-    {ALGO_ALL_REDUCE, ALGO_PATH_TCP, ALGO_TCP_RD, ANY, 0, ANY, WHEN_TWO},
+    /* Two ranks: recursive doubling below 64 KiB (one exchange), from
+     * there whichever of it and halving-doubling the two measure faster
+     * (both move n bytes each way; which wins is the machine's:
+     * allreduce_measured.c, docs/algorithms.md). Otherwise the cheapest by
+     * the link model. */
+    {ALGO_ALL_REDUCE, ALGO_PATH_TCP, ALGO_TCP_RD, ANY, 0, 64 * KIB - 1,
+     WHEN_TWO},
+    {ALGO_ALL_REDUCE, ALGO_PATH_TCP, ALGO_TCP_MEASURED, ANY, 64 * KIB, ANY,
+     NEED_TWO},
     {ALGO_ALL_REDUCE, ALGO_PATH_TCP, ALGO_TCP_RD, ANY, 0, ANY, WHEN_FEW_ELEMS},
     {ALGO_ALL_REDUCE, ALGO_PATH_TCP, ALGO_TCP_RD, ANY, 0, ANY, WHEN_CHEAPEST},
     {ALGO_ALL_REDUCE, ALGO_PATH_TCP, ALGO_TCP_RING, ANY, 0, ANY,
@@ -240,8 +244,8 @@ static int ceil_lg(int p) {
  * the same host but at its ends, a binomial tree's senders on distinct
  * hosts at each crossing step, and a barrier's messages are empty. */
 static bool shares_link(algo_id a) {
-  return a == ALGO_TCP_RD || a == ALGO_TCP_HD || a == ALGO_TCP_HALVING ||
-         a == ALGO_TCP_BRUCK || a == ALGO_TCP_SAG;
+  return a == ALGO_TCP_RD || a == ALGO_TCP_HD || a == ALGO_TCP_MEASURED ||
+         a == ALGO_TCP_HALVING || a == ALGO_TCP_BRUCK || a == ALGO_TCP_SAG;
 }
 
 static double hier_cost(algo_coll coll, algo_id a, const algo_facts *f);
@@ -281,6 +285,11 @@ double gang__algo_cost(algo_coll coll, algo_id a, const algo_facts *f) {
       return (ceil_lg(p2) + (p2 < f->size ? 2 : 0)) * (al + n * be);
     if (a == ALGO_TCP_RING)
       return 2 * (p - 1) * al + 2 * (p - 1) / p * n * be;
+    if (a == ALGO_TCP_MEASURED) { /* two members: the faster of the two */
+      double rd = gang__algo_cost(coll, ALGO_TCP_RD, f),
+             hd = gang__algo_cost(coll, ALGO_TCP_HD, f);
+      return rd < hd ? rd : hd;
+    }
     /* The fold in and out as RD's, and the halving's reduces on the
      * critical path, where the pipelined ring hides its own. */
     if (a == ALGO_TCP_HD)

@@ -62,7 +62,10 @@ typedef enum algo_path {
     "recursive halving reduce_scatter, then doubling all_gather, over TCP")    \
   X(TCP_SAG, "scatter_allgather",                                              \
     "binomial scatter, then ring all_gather, over TCP")                        \
-  X(TCP_HALVING, "recursive_halving", "recursive halving over TCP")
+  X(TCP_HALVING, "recursive_halving", "recursive halving over TCP")            \
+  X(TCP_MEASURED, "doubling_or_halving",                                       \
+    "two members: recursive doubling or halving-doubling, whichever the two "  \
+    "measured faster, over TCP")
 
 typedef enum algo_id {
 #define ALGO_ENUM(id, name, doc) ALGO_##id,

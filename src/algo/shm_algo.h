@@ -93,7 +93,7 @@ void gang__shm_way_learn(gang__shm_chan *c, gang__shm_way_kind kind, int way,
                          size_t bytes);
 /* As gang__shm_way_agree without `direct`, for calls too short to pay for
  * that step each time: it runs only when a choice is due (the first after
- * the trials, then once every SHM_WAY_RETRY calls of the size class), and
+ * the trials, then once every GANG__WAY_RETRY calls of the size class), and
  * the other calls take the trial's way, the retry's or the last agreed,
  * which follow from the calls every member has made alike. */
 gang_status gang__shm_way_sparse(gang__shm_chan *c, gang__shm_way_kind kind,

@@ -136,5 +136,6 @@ gang_status gang__pg_execute(gang_t *g, gang_work *w) {
   gang__pg_name_call(what, sizeof what, c->kind, w->seq, g->rank, g->size, "");
   algo_ctx t = gang__pg_tcp_ctx(p, w, g->rank, g->size, p->map, p->ctx,
                                 gang__deadline_in_ms(g->timeout_ms), what);
+  t.way = &p->way_flat;
   return run_call(g, w, &(path){.tcp = &t}, a);
 }

@@ -217,6 +217,7 @@ bool gang__pg_execute_hier(gang_t *g, gang_work *w, algo_id algo,
                      ", hosts");
   algo_ctx a = gang__pg_tcp_ctx(p, w, h->my_host, h->nhosts, h->leaders, h->ctx,
                                 deadline, what);
+  a.way = &p->way_leaders;
   algo_call k = gang__pg_algo_call(c);
   algo_id ta = leaders_algo(p, coll, c);
   *st = GANG_OK;
@@ -235,6 +236,7 @@ bool gang__pg_execute_hier(gang_t *g, gang_work *w, algo_id algo,
     if (algo == ALGO_HIER_RAILS) {
       algo_ctx r = gang__pg_tcp_ctx(p, w, h->my_host, h->nhosts, h->rail,
                                     h->rail_ctx, deadline, what);
+      r.way = &p->way_rail;
       *st = rails_all_reduce(g, w, &r, &k);
       return true;
     }

@@ -122,6 +122,10 @@ typedef struct gang__pg {
   pthread_t thread;
   void *scratch[2];
   size_t scratch_cap[2];
+  /* Two members' measured all_reduce over TCP (algo_ctx.way): what this
+   * member has timed with its partner on the flat path, among two hosts'
+   * leaders and along a rail of two hosts. */
+  gang__way_book way_flat, way_leaders, way_rail;
   gang__shm_chan *chan;  /* every member on this host: collectives over shm */
   pg_hier *hier;         /* members on several hosts, some sharing one */
   _Atomic int last_algo; /* the algorithm of the last collective, -1: none

@@ -40,6 +40,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "core/way.h"
 #include "gang/status.h"
 #include "gang/store.h"
 #include "transport/fabric.h"
@@ -47,10 +48,8 @@
 /* Most ranks of one world on one host that share an arena. */
 #define GANG_SHM_MAX_LOCAL 128
 /* Kinds of call that measure staged chunks against single copy
- * (src/algo/shm_way.c), size classes of each and times kept per way. */
+ * (src/algo/shm_way.c). */
 #define GANG__SHM_WAY_KINDS 5
-#define GANG__SHM_WAY_CLASSES 11
-#define GANG__SHM_WAY_SAMPLES 5
 /* Step lines per member, a ring: step t uses line GANG_SHM_LINE(t). A
  * step that writes nothing but its line or its small slot of that step
  * (a barrier, a small broadcast or all_reduce) may run that many steps minus
@@ -153,19 +152,9 @@ typedef struct gang__shm_chan {
   int short_spins;      /* waits left that spin briefly (shm.c) */
   /* How two members choose between staged chunks and single copy where
    * they measure both (src/algo/shm_way.c): the clock when all arrived,
-   * and per kind of call, size class and way the last few times, ns per
-   * MiB. */
+   * and per kind of call what this member has timed (core/way.h). */
   int64_t way_wall0;
-  float way_ns_mib[GANG__SHM_WAY_KINDS][GANG__SHM_WAY_CLASSES][2]
-                  [GANG__SHM_WAY_SAMPLES];
-  /* times kept of each; the way of the last call (1 + way, 0: none) */
-  uint8_t way_n[GANG__SHM_WAY_KINDS][GANG__SHM_WAY_CLASSES][2];
-  uint8_t way_prev[GANG__SHM_WAY_KINDS][GANG__SHM_WAY_CLASSES];
-  uint32_t way_calls[GANG__SHM_WAY_KINDS]; /* calls that chose so far */
-  /* gang__shm_way_sparse: calls per size class, and the way last agreed
-   * there (1 + way, 0: none yet) */
-  uint32_t way_class_calls[GANG__SHM_WAY_KINDS][GANG__SHM_WAY_CLASSES];
-  uint8_t way_agreed[GANG__SHM_WAY_KINDS][GANG__SHM_WAY_CLASSES];
+  gang__way_book way[GANG__SHM_WAY_KINDS];
   int64_t timeout_ms; /* of the running collective; with deadline 0, the
                          first wait that sleeps sets the deadline (the
                          spin before it, under 1 ms, is not counted) */
