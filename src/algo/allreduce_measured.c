@@ -24,6 +24,7 @@
 #include "algo.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/log.h"
 
 _Atomic uint64_t gang__tcp_way_taken[2];
 
@@ -43,6 +44,13 @@ static gang_status agree(algo_ctx *a, int k, int *way) {
               *hi = a->rank == 0 ? theirs : mine;
   float rd = lo[0] + hi[0], hd = lo[1] + hi[1];
   *way = hd < rd ? 1 : 0;
+  if (a->way->agreed[k] != *way + 1) /* a line per change, not per call */
+    GANG_INFO(COLL,
+              "%s: two members' all_reduce from %zu KiB: %s (us per MiB summed "
+              "over both: recursive doubling %.0f, halving-doubling %.0f)",
+              a->what, (FIRST_CLASS << k) >> 10,
+              *way ? "halving_doubling" : "recursive_doubling", rd / 1e3,
+              hd / 1e3);
   return GANG_OK;
 }
 
