@@ -12,48 +12,51 @@
 #include <stdint.h>
 #include <string.h>
 
-/* reduce_scatter over the ring, in place: on return, block `rank` of buf
- * (split by gang__algo_block into `size` parts) holds the reduction over
- * all ranks; other blocks hold partial sums. */
-static gang_status reduce_scatter_inplace(algo_ctx *a, void *buf, size_t count,
-                                          gang_dtype dt, gang_reduce_op op,
-                                          uint32_t tag0) {
-  int p = a->size, r = a->rank;
-  if (p == 1)
-    return GANG_OK;
-  size_t es = gang_dtype_size(dt);
-  size_t maxblk = count / (size_t)p + 1;
-  void *tmp;
-  GANG_CHECK(gang__algo_scratch(a, maxblk * es, &tmp));
-  int next = (r + 1) % p, prev = (r - 1 + p) % p;
-  /* Step s: send block (r - s - 1) mod p, receive block (r - s - 2) mod p
-   * and reduce it in; after p-1 steps block r is complete. */
-  for (int s = 0; s < p - 1; s++) {
-    int sb = ((r - s - 1) % p + p) % p;
-    int rb = ((r - s - 2) % p + p) % p;
-    size_t soff, slen, roff, rlen;
-    gang__algo_block(count, p, sb, &soff, &slen);
-    gang__algo_block(count, p, rb, &roff, &rlen);
-    GANG_CHECK(gang__algo_sendrecv(a, next, (char *)buf + soff * es, slen * es,
-                                   prev, tmp, rlen * es, tag0 + (uint32_t)s));
-    gang__reduce((char *)buf + roff * es, tmp, rlen, dt, op);
-  }
-  return GANG_OK;
-}
+/* reduce_scatter's ring reads its input where it is, without a copy:
+ * step s sends block (r - s - 1) mod p -- at step 0 this rank's input of
+ * it, later the partial sum it made at step s - 1 -- and receives the
+ * partial sum of block (r - s - 2) mod p from the previous rank, adding
+ * this rank's input of that block first: into the partial sum it sends
+ * next, or at the last step (block r) into out. The blocks move in pieces
+ * of at most RS_PIECE bytes, each reduced while in cache, so the scratch
+ * holds one block for the partial sum (none with two ranks) and a piece.
+ * Each block's operands are reduced in the same order as before, on the
+ * rank the ring gives it to. */
+#define RS_PIECE ((size_t)1 << 20)
 
 gang_status gang__algo_reduce_scatter_ring(algo_ctx *a, const algo_call *k) {
   size_t es = gang_dtype_size(k->dtype);
   size_t bytes = k->count * es;
-  size_t total = k->count * (size_t)a->size;
+  int p = a->size, r = a->rank;
+  const char *in = k->in;
   if (bytes == 0)
     return GANG_OK;
-  /* The ring reduces in place: a copy of the input, whose own block is
-   * the result. */
-  void *stage;
-  GANG_CHECK(gang__algo_stage(a, total * es, &stage));
-  memcpy(stage, k->in, total * es);
-  GANG_CHECK(reduce_scatter_inplace(a, stage, total, k->dtype, k->op, 0));
-  memcpy(k->out, (char *)stage + (size_t)a->rank * bytes, bytes);
+  if (p == 1) {
+    if ((const char *)k->out != in)
+      memmove(k->out, in, bytes);
+    return GANG_OK;
+  }
+  size_t piece = RS_PIECE / es * es; /* whole elements */
+  if (piece > bytes)
+    piece = bytes;
+  size_t partial = p > 2 ? bytes : 0;
+  char *acc, *tmp;
+  GANG_CHECK(gang__algo_scratch(a, partial + piece, (void **)&acc));
+  tmp = acc + partial;
+  int next = (r + 1) % p, prev = (r - 1 + p) % p;
+  for (int s = 0; s < p - 1; s++) {
+    int sb = ((r - s - 1) % p + p) % p;
+    int rb = ((r - s - 2) % p + p) % p;
+    const char *from = s == 0 ? in + (size_t)sb * bytes : acc;
+    char *into = s == p - 2 ? (char *)k->out : acc;
+    const char *mine = in + (size_t)rb * bytes;
+    for (size_t done = 0; done < bytes; done += piece) {
+      size_t n = bytes - done < piece ? bytes - done : piece;
+      GANG_CHECK(gang__algo_sendrecv(a, next, from + done, n, prev, tmp, n,
+                                     (uint32_t)s));
+      gang__reduce3(into + done, mine + done, tmp, n / es, k->dtype, k->op);
+    }
+  }
   return GANG_OK;
 }
 

@@ -308,14 +308,17 @@ double gang__algo_cost(algo_coll coll, algo_id a, const algo_facts *f) {
       return (lg + p - 1) * al + 2 * (p - 1) / p * n * be;
     return 0;
   case ALGO_REDUCE_SCATTER: /* n: one member's block; both reduce as
-                                they receive, nothing overlapped */
+                                they receive, nothing overlapped; the
+                                ring reads its input in place, the
+                                halving copies it in (and its block out) */
     if (a == ALGO_TCP_RING)
       return (p - 1) * (al + n * be + n * REDUCE_NS_PER_BYTE);
     if (a == ALGO_TCP_HALVING) {
       double big = p * n, fold = p2 < f->size ? 1 : 0;
       return (ceil_lg(p2) + 2 * fold) * al +
              ((double)(p2 - 1) / p2 * big + fold * (big + n)) * be +
-             ((double)(p2 - 1) / p2 * big + fold * big) * REDUCE_NS_PER_BYTE;
+             ((double)(p2 - 1) / p2 * big + fold * big) * REDUCE_NS_PER_BYTE +
+             (big + n) * COPY_NS_PER_BYTE;
     }
     return 0;
   case ALGO_ALL_GATHER: /* n: one member's block */

@@ -109,7 +109,8 @@ static const forced cases[] = {
      "staged_or_single_copy",
      {1, 5000, 300001},
      0},
-    {"reduce_scatter=ring", "reduce_scatter", "ring", {1, 5000, 70001}, 0},
+    /* a block of 1.2 MB: two pieces of the TCP ring (1 MiB) */
+    {"reduce_scatter=ring", "reduce_scatter", "ring", {1, 5000, 300001}, 0},
     {"reduce_scatter=recursive_halving",
      "reduce_scatter",
      "recursive_halving",
@@ -221,6 +222,12 @@ static void run_reduce_scatter(gang_t *g, int rank, int size, size_t n) {
       want += val(q, (size_t)rank * n + i);
     RCHECK(out[i] == want);
   }
+  /* in place: the output is this rank's block of the input */
+  float *mine = in + (size_t)rank * n;
+  RCHECK_OK(gang_reduce_scatter(g, mine, in, n, GANG_FLOAT32, GANG_SUM));
+  check_last(g);
+  for (size_t i = 0; i < n; i++)
+    RCHECK(mine[i] == out[i]);
   free(in);
   free(out);
 }
@@ -641,14 +648,25 @@ static void test_link_model(void **state) {
   assert_int_equal(gang__algo_select(NULL, ALGO_BROADCAST, ALGO_PATH_TCP, &f),
                    ALGO_TCP_BINOMIAL);
   /* reduce_scatter: at a power of two recursive halving moves the ring's
-   * bytes in lg p steps; at 6 ranks its fold (the whole input, and the
-   * block back) costs more than the ring's two extra steps but for tiny
-   * blocks. */
+   * bytes in lg p steps, but copies the input in and its block out, where
+   * the ring reads the input in place: 4 KiB blocks of 8 ranks take the
+   * halving (3 alpha against 7), 1 MiB the ring (the copy of 9 blocks at
+   * 10 GB/s outweighs 4 alpha); at 6 ranks the halving's fold (the whole
+   * input, and the block back) costs more than the ring's two extra steps
+   * but for tiny blocks. */
   f.size = 8;
-  f.bytes = (size_t)1 << 20;
+  f.bytes = 4096;
   assert_int_equal(
       gang__algo_select(NULL, ALGO_REDUCE_SCATTER, ALGO_PATH_TCP, &f),
       ALGO_TCP_HALVING);
+  assert_true(gang__algo_cost(ALGO_REDUCE_SCATTER, ALGO_TCP_HALVING, &f) ==
+              3 * 1e4 + 7 * 4096.0 + 7 * 4096 * 0.1 + 9 * 4096 * 0.1);
+  assert_true(gang__algo_cost(ALGO_REDUCE_SCATTER, ALGO_TCP_RING, &f) ==
+              7 * (1e4 + 4096.0 + 4096 * 0.1));
+  f.bytes = (size_t)1 << 20;
+  assert_int_equal(
+      gang__algo_select(NULL, ALGO_REDUCE_SCATTER, ALGO_PATH_TCP, &f),
+      ALGO_TCP_RING);
   f.size = 6;
   assert_int_equal(
       gang__algo_select(NULL, ALGO_REDUCE_SCATTER, ALGO_PATH_TCP, &f),
