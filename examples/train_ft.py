@@ -246,7 +246,11 @@ class Job:
             kv = parse_kv(rest)
             if rest.startswith("done"):
                 self.done.append((g, rank, kv))
-            elif "step" in kv and "quorum" in kv:
+            elif not ("step" in kv and "quorum" in kv):
+                self.other.append(line)  # a worker's own words: errors
+                if self.args.verbose:
+                    print(line, flush=True)
+            else:
                 self.steps.append((g, kv))
                 if kv["commit"]:
                     self.commits.append(
@@ -847,6 +851,11 @@ def judge(args, job, faults, hangs, dump, ref, tmp, problems, more=None):
                       default=str)
     if not ok:
         print(f"train_ft.py: parameter dumps kept in {tmp}")
+        if not args.verbose and job.other:
+            print("train_ft.py: the job's last other lines (gangrun's, and "
+                  "workers' that are not steps):")
+            for line in job.other[-40:]:
+                print(f"  {line}")
     else:
         for d in (os.path.join(tmp, "ref"), os.path.join(tmp, "run")):
             for n in os.listdir(d) if os.path.isdir(d) else []:
