@@ -39,6 +39,10 @@
 /* The two-level form where the link model prices it at most flat TCP's
  * time for the same gang (or where there is no model). */
 #define WHEN_BEATS_FLAT 1024u
+/* At most two local ranks per CPU: a step at which every member must run
+ * costs a round of context switches that grows with the ranks per CPU
+ * (the measured ways agree in one before each call). */
+#define WHEN_NOT_CROWDED 4096u
 
 #define ANY SIZE_MAX
 #define KIB ((size_t)1024)
@@ -78,26 +82,31 @@ static const algo_rule rules[] = {
     {ALGO_BROADCAST, ALGO_PATH_SHM, ALGO_SHM_MEASURED, ANY, 8 * KIB, ANY,
      NEED_CMA | NEED_TWO | WHEN_ROOMY},
     {ALGO_BROADCAST, ALGO_PATH_SHM, ALGO_SHM_STAGED, ANY, 0, ANY, 0},
-    /* Two members: which is faster depends on the machine and its memory
-     * state (2 MiB blocks in place on the AMD machine: staging 1.1-1.6x
-     * faster in one state, 4-5x slower in another; below 128 KiB blocks
-     * staging was faster there in every state, and single copy 1.5-2.4x
-     * faster on the Intel one from 8 KiB), so they measure both
-     * (shm_way.c). */
+    /* Two members, and members that outnumber the CPUs up to two per CPU:
+     * which is faster depends on the machine and its memory state (2 MiB
+     * blocks in place on the AMD machine: staging 1.1-1.6x faster in one
+     * state, 4-5x slower in another; below 128 KiB blocks staging was
+     * faster there in every state, and with 4-16 ranks on its 2 cores
+     * 1.2-2.3x; on the Intel one single copy 1.5-2.4x faster from 8 KiB at
+     * 2 ranks, and at 4 ranks on 2 cores 1.5-2x from 256 KiB blocks), so
+     * they measure both (shm_way.c). With 8 ranks on 2 cores the step that
+     * agrees on the way cost more than the choice saved (16 KiB-256 KiB
+     * blocks 1.1-1.7x slower than staging alone). */
     {ALGO_ALL_GATHER, ALGO_PATH_SHM, ALGO_SHM_SINGLE_COPY, ANY, 32 * KIB, ANY,
      NEED_CMA | WHEN_ROOMY | WHEN_THREE_UP},
     {ALGO_ALL_GATHER, ALGO_PATH_SHM, ALGO_SHM_MEASURED, ANY, 16 * KIB, ANY,
-     NEED_CMA | WHEN_ROOMY},
+     NEED_CMA | WHEN_NOT_CROWDED},
     {ALGO_ALL_GATHER, ALGO_PATH_SHM, ALGO_SHM_SMALL, KIB, 0, KIB, 0},
     {ALGO_ALL_GATHER, ALGO_PATH_SHM, ALGO_SHM_STAGED, ANY, 0, ANY, 0},
-    /* Two members: on the AMD machine staging is 2-4.5x faster at every
-     * size (a pull of 64 KiB pieces moves under 3 GB/s there), on the
-     * Intel one single copy 1.3-2x faster from 8 KiB blocks: they measure
-     * both (shm_way.c). */
+    /* Two members, and members that outnumber the CPUs up to two per CPU:
+     * on the AMD machine staging is 2-4.5x faster at every size (a pull of
+     * 64 KiB pieces moves under 3 GB/s there), on the Intel one single
+     * copy 1.3-2x faster from 8 KiB blocks at 2 ranks and 1.2-1.9x from 64
+     * KiB at 4 on 2 cores: they measure both (shm_way.c). */
     {ALGO_REDUCE_SCATTER, ALGO_PATH_SHM, ALGO_SHM_SINGLE_COPY, ANY, 256 * KIB,
      ANY, NEED_CMA | WHEN_ROOMY | WHEN_THREE_UP},
     {ALGO_REDUCE_SCATTER, ALGO_PATH_SHM, ALGO_SHM_MEASURED, ANY, 16 * KIB, ANY,
-     NEED_CMA | WHEN_ROOMY},
+     NEED_CMA | WHEN_NOT_CROWDED},
     {ALGO_REDUCE_SCATTER, ALGO_PATH_SHM, ALGO_SHM_STAGED, ANY, 0, ANY, 0},
     {ALGO_ALL_TO_ALL, ALGO_PATH_SHM, ALGO_SHM_SINGLE_COPY, ANY, 16 * KIB, ANY,
      NEED_CMA | WHEN_ROOMY},
@@ -429,6 +438,7 @@ static bool preferred(const algo_rule *r, const algo_facts *f) {
          (!(fl & WHEN_BEATS_FLAT) || beats_flat(r->coll, r->algo, f)) &&
          (!(fl & WHEN_ROOMY) || !f->oversubscribed || f->cma_forced) &&
          (!(fl & WHEN_NOT_OVER) || !f->oversubscribed) &&
+         (!(fl & WHEN_NOT_CROWDED) || !f->crowded) &&
          (!(fl & WHEN_THREE_UP) || f->size >= 3) &&
          (!(fl & WHEN_TWO) || f->size == 2) &&
          (!(fl & WHEN_FEW_ELEMS) || f->count < (size_t)f->size);
@@ -586,6 +596,8 @@ static void rule_text(const algo_rule *r, char *buf, size_t cap) {
     ADD("a CPU per member (or GANG_SHM_CMA=1)");
   if (fl & WHEN_NOT_OVER)
     ADD("a CPU per member");
+  if (fl & WHEN_NOT_CROWDED)
+    ADD("at most two members per CPU");
   if (fl & WHEN_CHEAPEST)
     ADD("the cheapest by the link model");
   if (fl & WHEN_BEATS_FLAT)

@@ -82,6 +82,7 @@ typedef struct algo_facts {
   int size;            /* members taking part on this path */
   bool cma;            /* single copy allowed (the arena's probe) */
   bool oversubscribed; /* more local ranks than CPUs */
+  bool crowded;        /* more than two local ranks per CPU */
   bool cma_forced;     /* GANG_SHM_CMA=1: single copy even oversubscribed */
   /* The links' model for TCP (docs/algorithms.md): a message of m bytes
    * costs alpha_ns + m * beta_ns. Zero: no model (the rules' order).

@@ -108,6 +108,7 @@ static inline algo_facts shm_facts(const gang__shm_chan *c, size_t bytes,
                       .size = c->size,
                       .cma = c->cma,
                       .oversubscribed = c->oversubscribed,
+                      .crowded = c->crowded,
                       .cma_forced = c->cma_oversubscribed};
 }
 

@@ -138,6 +138,7 @@ typedef struct gang__shm_chan {
   bool cma;                /* single-copy reads allowed */
   bool oversubscribed;     /* more local ranks than CPUs: spin little */
   bool cma_oversubscribed; /* ... and single copy anyway (GANG_SHM_CMA=1) */
+  bool crowded;            /* more than two local ranks per CPU */
   gang__shm_ctl **ctl;     /* [size]: each member's control page */
   unsigned char **stage;   /* [size]: each member's staging (2 * chunk) */
   pid_t *pid;              /* [size]: each member's process */

@@ -173,13 +173,14 @@ static gang_status set_key(gang_store *st, const char *prefix, int rank,
   return gang_store_set(st, key, value, strlen(value));
 }
 
-/* Every local rank says `mine` (up to 3 flags, one digit); *all gets the
+/* Every local rank says `mine` (up to 4 flags, one hex digit); *all gets the
  * flags every one of them set. One store round for several yes/no
  * questions. */
 static gang_status agree_flags(gang_store *st, const char *prefix, int rank,
                                const int *ranks, int n, unsigned mine,
                                unsigned *all) {
-  char digit[2] = {(char)('0' + (mine & 7)), '\0'};
+  static const char hex[] = "0123456789abcdef";
+  char digit[2] = {hex[mine & 15], '\0'};
   GANG_CHECK(set_key(st, prefix, rank, digit));
   void **v = calloc((size_t)n, sizeof *v);
   size_t *l = calloc((size_t)n, sizeof *l);
@@ -190,10 +191,11 @@ static gang_status agree_flags(gang_store *st, const char *prefix, int rank,
   }
   gang_status rc = get_local_keys(st, prefix, ranks, n, v, l);
   if (rc == GANG_OK) {
-    *all = 7;
+    *all = 15;
     for (int i = 0; i < n; i++) {
       char c = l[i] == 1 ? *(char *)v[i] : '0';
-      *all &= c >= '0' && c <= '7' ? (unsigned)(c - '0') : 0u;
+      const char *at = c != '\0' ? strchr(hex, c) : NULL;
+      *all &= at != NULL ? (unsigned)(at - hex) : 0u;
       gang_store_free(v[i]);
     }
   }
@@ -439,18 +441,21 @@ static gang_status create_local(gang_store *store, int rank, int size,
    * pinned one to a CPU each are not oversubscribed, two pinned to one CPU
    * are) and forced single copy, agreed in one round because they choose
    * algorithms: every rank must choose the same. Every rank computes room
-   * from the same masks, noted before the round above. */
-  enum { AGREE_CMA = 1, AGREE_ROOMY = 2, AGREE_FORCED = 4 };
+   * from the same masks, noted before the round above; half room is at
+   * most two ranks per CPU. */
+  enum { AGREE_CMA = 1, AGREE_ROOMY = 2, AGREE_FORCED = 4, AGREE_HALF = 8 };
   char refused[160] = "";
   unsigned flags =
       (want_cma && cma_probe(s, refused, sizeof refused) ? AGREE_CMA : 0) |
       (n <= cpus_between(s->h, n) ? AGREE_ROOMY : 0) |
+      (n <= 2 * cpus_between(s->h, n) ? AGREE_HALF : 0) |
       (force_cma ? AGREE_FORCED : 0);
   unsigned agreed = 0;
   GANG_CHECK_GOTO(agree_flags(store, "shm/algo", rank, all, n, flags, &agreed),
                   st, done);
   s->cma = agreed & AGREE_CMA;
   s->oversubscribed = !(agreed & AGREE_ROOMY);
+  s->crowded = !(agreed & AGREE_HALF);
   s->cma_oversubscribed = s->cma && (agreed & AGREE_FORCED);
   /* Asked for by name, refused by the kernel (a container's seccomp
    * profile or ptrace rules, a rank made non-dumpable): the gang still
@@ -654,6 +659,7 @@ gang_status gang__shm_chan_attach(gang__shm *s, uint64_t ctx, const int *world,
                         .chunk = chunk,
                         .cma = s->cma,
                         .oversubscribed = s->oversubscribed,
+                        .crowded = s->crowded,
                         .cma_oversubscribed = s->cma_oversubscribed,
                         .ctl = ctl,
                         .stage = stage,

@@ -73,6 +73,7 @@ struct gang__shm {
   bool cma;
   bool cma_oversubscribed; /* GANG_SHM_CMA=1: single copy even then */
   bool oversubscribed;
+  bool crowded; /* more than two local ranks per CPU */
   gang__fabric *fabric;
   uint64_t probe_word; /* read by peers to test single copy */
 };

@@ -391,7 +391,46 @@ static void test_measured_ways_take_both(void **state) {
     assert_int_equal(gt_run_ranks(2, ways_rank, (void *)g_case->coll, 60000),
                      0);
   }
+  /* Four members (the table measures them where they are at most two per
+   * CPU): the agreeing step gathers every member's proposal. */
+  for (size_t c = 1; c <= 2; c++) {
+    g_case = &measured[c];
+    setenv("GANG_ALGO", g_case->setting, 1);
+    print_message("%s, 4 ranks, 12 calls\n", g_case->setting);
+    g_round++;
+    assert_int_equal(gt_run_ranks(4, ways_rank, (void *)g_case->coll, 60000),
+                     0);
+  }
   unsetenv("GANG_ALGO");
+}
+
+/* The measured ways of all_gather and reduce_scatter with more members
+ * than CPUs: taken up to two members per CPU, staging beyond (the
+ * agreeing step's round of context switches costs more there). */
+static void test_measured_when_crowded(void **state) {
+  (void)state;
+  algo_coll colls[] = {ALGO_ALL_GATHER, ALGO_REDUCE_SCATTER};
+  for (int i = 0; i < 2; i++) {
+    algo_facts f = {.bytes = 64 * 1024,
+                    .count = 16384,
+                    .size = 4,
+                    .cma = true,
+                    .oversubscribed = true};
+    assert_int_equal(gang__algo_select(NULL, colls[i], ALGO_PATH_SHM, &f),
+                     ALGO_SHM_MEASURED);
+    f.size = 8;
+    f.crowded = true;
+    assert_int_equal(gang__algo_select(NULL, colls[i], ALGO_PATH_SHM, &f),
+                     ALGO_SHM_STAGED);
+    f.cma_forced = true; /* GANG_SHM_CMA=1: single copy, crowded or not */
+    f.bytes = 256 * 1024;
+    f.count = 65536;
+    assert_int_equal(gang__algo_select(NULL, colls[i], ALGO_PATH_SHM, &f),
+                     ALGO_SHM_SINGLE_COPY);
+    f = (algo_facts){.bytes = 64 * 1024, .count = 16384, .size = 4};
+    assert_int_equal(gang__algo_select(NULL, colls[i], ALGO_PATH_SHM, &f),
+                     ALGO_SHM_STAGED); /* no single copy at all */
+  }
 }
 
 /* The selection table and the handlers (src/algo/run.c) name the same
@@ -913,6 +952,7 @@ int main(void) {
       GT_TEST(test_pinned_ranks),
       GT_TEST(test_every_algorithm),
       GT_TEST(test_measured_ways_take_both),
+      GT_TEST(test_measured_when_crowded),
       GT_TEST(test_bruck_sizes),
       GT_TEST(test_halving_doubling_sizes),
       GT_TEST(test_scatter_allgather_sizes),
