@@ -70,7 +70,9 @@ gang_status gang__shm_bcast_measured(gang__shm_chan *c, const algo_call *k);
  * one flagged step in which the members agree on the way for a call of
  * `bytes` of this kind (and starts its clock), `direct` saying whether
  * this member's buffer would go direct in the staged way (shm.h, "Direct
- * steps"); gang__shm_way_learn, once the call is done, keeps its time. */
+ * steps"); gang__shm_way_learn, once the call is done, keeps its time
+ * for the next agreeing step of the kind, where every member keeps the
+ * slowest member's. */
 typedef enum gang__shm_way_kind {
   GANG__SHM_WAY_ALL_REDUCE,
   GANG__SHM_WAY_ALL_GATHER_IN, /* in place */

@@ -187,7 +187,11 @@ gang_status gang__shm_allgather_measured(gang__shm_chan *c,
   bool direct = direct_input(c, k, bytes) ||
                 gang__shm_direct_mine(mine(c, k, bytes), bytes, &seg);
   int way;
-  GANG_CHECK(gang__shm_way_agree(c, kind, bytes, direct, &way));
+  /* Beyond two members, on shared CPUs (select.c), an agreeing step each
+   * call waits for every member to be scheduled: they agree only when a
+   * choice is due, and staging goes direct member by member. */
+  GANG_CHECK(c->size > 2 ? gang__shm_way_sparse(c, kind, bytes, &way)
+                         : gang__shm_way_agree(c, kind, bytes, direct, &way));
   GANG_CHECK(way == GANG__SHM_WAY_SINGLE_COPY
                  ? gang__shm_allgather_single_copy(c, k)
                  : gang__shm_allgather_staged(c, k));

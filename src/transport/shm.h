@@ -156,6 +156,15 @@ typedef struct gang__shm_chan {
    * and per kind of call what this member has timed (core/way.h). */
   int64_t way_wall0;
   gang__way_book way[GANG__SHM_WAY_KINDS];
+  /* Per kind, this member's time of its last call, kept at the next
+   * agreeing step as every member's slowest (wall 0: none), where every
+   * call agrees (way_shared); sparse calls keep their own at once. */
+  bool way_shared;
+  struct gang__shm_way_last {
+    int64_t wall;
+    size_t bytes;
+    int way;
+  } way_last[GANG__SHM_WAY_KINDS];
   int64_t timeout_ms; /* of the running collective; with deadline 0, the
                          first wait that sleeps sets the deadline (the
                          spin before it, under 1 ms, is not counted) */
