@@ -306,7 +306,12 @@ static size_t arrived(gang__fabric *f, const gang__xfer *x) {
 
 /* How far into its frame (header included) send x, the head of its
  * connection's queue, may go now: to the end, or, when paced, one piece
- * beyond the pieces of its receive that have fully arrived.
+ * beyond the pieces of its receive that have fully arrived, and one more
+ * for every GANG__PACE_RTT_US of the connection's round trip. Lockstep
+ * pays where the round trip is short (loopback, a veth pair: tens of
+ * microseconds); across a real round trip, one piece per one-way delay
+ * would cap the rate (128 KiB per 500 us is 0.26 GB/s), so the send may
+ * run a round trip's worth of pieces ahead (docs/fabric.md).
  *
  * Why pacing cannot deadlock: a send with another queued behind it is not
  * paced (else two gangs' exchanges over one pair of ranks, started in
@@ -326,7 +331,8 @@ size_t gang__fabric_send_limit(gang__fabric *f, const gang__xfer *x) {
   size_t got = arrived(f, x->pace);
   if (got >= x->pace->len)
     return end;
-  size_t lim = head + (got / piece + 1) * piece;
+  size_t ahead = 1 + f->conns[x->peer].rtt_us / GANG__PACE_RTT_US;
+  size_t lim = head + (got / piece + ahead) * piece;
   return lim < end ? lim : end;
 }
 
@@ -340,6 +346,11 @@ void gang__fabric_push_sends(gang__fabric *f, gang__fabric_conn *c) {
     return;
   }
   while ((x = TAILQ_FIRST(&c->sq)) != NULL && !c->dead) {
+    /* A paced send longer than a piece learns the connection's round
+     * trip as it starts: the least the kernel has seen so far, which a
+     * busy machine's late acks do not raise. */
+    if (x->off == 0 && x->pace != NULL && c->piece != 0 && x->len > c->piece)
+      c->rtt_us = gang__tcp_min_rtt_us(c->fd);
     size_t lim = gang__fabric_send_limit(f, x);
     if (x->off >= lim)
       return; /* paced: waits for the peer's next piece */

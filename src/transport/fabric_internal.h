@@ -122,6 +122,7 @@ typedef struct gang__fabric_conn {
   int64_t bye_ns;   /* ... and when its goodbye was read */
   bool ended;       /* gang__fabric_drain saw its end of the connection close */
   size_t piece;     /* pacing of its exchanges (send_limit), 0: none */
+  uint32_t rtt_us;  /* least round trip the kernel measured, 0: unknown */
   bool hup; /* poll saw the peer hang up: read on to its end of stream */
   /* sending: FIFO of registered sends; the head's header is in shdr */
   struct xfer_queue sq;
@@ -206,6 +207,12 @@ void gang__fabric_encode_header(uint8_t *h, uint32_t kind, uint32_t tag,
                                 uint64_t ctx, uint64_t seq, uint64_t len);
 /* How far into its frame the head send x of its connection may go now. */
 size_t gang__fabric_send_limit(gang__fabric *f, const gang__xfer *x);
+/* A paced send runs one more piece ahead for every GANG__PACE_RTT_US of
+ * its connection's least round trip (send_limit). */
+#define GANG__PACE_RTT_US 100
+/* TCP_INFO's least round trip of connection fd in us, 0: unknown
+ * (tcp_rtt.c). */
+uint32_t gang__tcp_min_rtt_us(int fd);
 /* Writes queued sends until the socket is full or the head send is paced. */
 void gang__fabric_push_sends(gang__fabric *f, gang__fabric_conn *c);
 

@@ -163,9 +163,12 @@ static gang_status tune_connection(const gang__fabric *f, gang__fabric_conn *c,
   c->piece = f->piece;
   if (!f->piece_set)
     c->piece = strncmp(now, "bbr", 3) == 0 ? PIECE_BBR : PIECE_OTHER;
-  GANG_INFO(TCP, "connection to %s: congestion control %s, %s, pieces of %zu",
+  c->rtt_us = gang__tcp_min_rtt_us(fd);
+  GANG_INFO(TCP,
+            "connection to %s: congestion control %s, %s, pieces of %zu, "
+            "round trip %u us",
             c->name, now, on_this_host(fd) ? "this host" : "another host",
-            c->piece);
+            c->piece, c->rtt_us);
   return GANG_OK;
 }
 

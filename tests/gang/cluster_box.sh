@@ -73,7 +73,7 @@ ip netns list | grep -q "^$name-" && bad "namespaces left: $(ip netns list)"
 pids=""
 for i in 0 1; do
   "$cluster" exec $i timeout 60 \
-    env GANG_DEBUG=INFO GANG_DEBUG_SUBSYS=INIT \
+    env GANG_DEBUG=INFO GANG_DEBUG_SUBSYS=INIT,TCP \
     "$build/tools/gangrun/gangrun" --nnodes 2 --node-rank $i \
     --nproc-per-node 1 --master-addr h0 --master-port 29760 \
     --secret-file "$secret" "$build/tools/gang-bench/gang-bench" -b 8 -e 8 \
@@ -100,6 +100,13 @@ a=$(echo "$model" | sed -n 's/.*alpha \([0-9.]*\) us.*/\1/p')
 bw=$(echo "$model" | sed -n 's/.*bandwidth \([0-9.e+-]*\) GB.*/\1/p')
 awk -v a="${a:-0}" -v b="${bw:-0}" 'BEGIN { exit !(a >= 1900 && a <= 7000 && b >= 0.004 && b <= 0.0135) }' ||
   bad "measured link model '${model:-none}': want alpha 1900-7000 us and 0.004-0.0135 GB/s"
+# Each connection knows its round trip (at least two delays), by which
+# its exchanges may run pieces ahead (docs/fabric.md, "Paced exchanges").
+for i in 0 1; do
+  rtt=$(sed -n 's/.*another host, pieces of [0-9]*, round trip \([0-9]*\) us.*/\1/p' "$out/d$i" | head -n 1)
+  awk -v r="${rtt:-0}" 'BEGIN { exit !(r >= 4000) }' ||
+    bad "host $i: round trip '${rtt:-none}' us across 2 ms one way (want >= 4000): $(grep 'pieces of' "$out/d$i" | head -n 2)"
+done
 hubpid=$(cat "/run/gang-cluster/$name/hub.pid" 2>/dev/null)
 "$cluster" down
 # (a zombie until the machine's init reaps it: not running)

@@ -215,6 +215,51 @@ static void test_withdrawn_receive(void **state) {
   assert_int_equal(gt_run_ranks(2, cancel_rank, NULL, 60000), 0);
 }
 
+/* ---- Pacing ----------------------------------------------------------------
+ */
+
+/* A paced send runs one piece beyond its receive's arrived pieces, and
+ * one more per GANG__PACE_RTT_US of its connection's round trip: lockstep
+ * where the round trip is short, a round trip's worth of pieces ahead
+ * across a long one. Worked on a bare fabric: send_limit reads only the
+ * connection's piece and round trip and its receive's progress. */
+static void test_pacing_window(void **state) {
+  (void)state;
+  gang__fabric_conn conns[2];
+  memset(conns, 0, sizeof conns);
+  gang__fabric f;
+  memset(&f, 0, sizeof f);
+  f.size = 2;
+  f.conns = conns;
+  const size_t piece = 128 << 10, len = 8 << 20;
+  conns[1].piece = piece;
+  gang__xfer r = xfer(false, 1, 1, NULL, len);
+  gang__xfer x = xfer(true, 1, 1, NULL, len);
+  x.pace = &r;
+  conns[1].rx = &r;
+  size_t head = gang__fabric_frame_head(FRAME_DATA, len);
+  struct {
+    uint32_t rtt_us;
+    size_t got, lim;
+  } cases[] = {
+      {0, 0, piece},                 /* unknown: lockstep */
+      {5, 0, piece},                 /* loopback */
+      {99, piece + 1, 2 * piece},    /* a piece and a byte arrived */
+      {100, 0, 2 * piece},           /* one more piece per 100 us */
+      {1000, 0, 11 * piece},         /* 500 us one way */
+      {1000, 3 * piece, 14 * piece}, /* ... and moving on */
+      {1000000, 0, len},             /* never beyond the message */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    conns[1].rtt_us = cases[i].rtt_us;
+    conns[1].rgot = cases[i].got;
+    assert_int_equal(gang__fabric_send_limit(&f, &x), head + cases[i].lim);
+  }
+  r.done = true; /* the receive is complete: no limit */
+  conns[1].rtt_us = 0;
+  assert_int_equal(gang__fabric_send_limit(&f, &x), head + len);
+}
+
 /* ---- Fabrics over the caller's connections --------------------------------
  */
 
@@ -304,6 +349,7 @@ int main(void) {
       GT_TEST(test_receives_in_reverse_order),
       GT_TEST(test_wrong_length_is_a_mismatch),
       GT_TEST(test_withdrawn_receive),
+      GT_TEST(test_pacing_window),
       GT_TEST(test_connected_fabrics),
   };
   return cmocka_run_group_tests(tests, make_store, remove_store);
