@@ -48,6 +48,7 @@ static const shm_handler shm_handlers[ALGO_COLL_COUNT][ALGO_COUNT] = {
         {
             [ALGO_SHM_STAGED] = gang__shm_alltoall_staged,
             [ALGO_SHM_SINGLE_COPY] = gang__shm_alltoall_single_copy,
+            [ALGO_SHM_MEASURED] = gang__shm_alltoall_measured,
         },
     [ALGO_ALL_TO_ALL_V] =
         {

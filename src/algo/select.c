@@ -111,9 +111,14 @@ static const algo_rule rules[] = {
     {ALGO_ALL_TO_ALL, ALGO_PATH_SHM, ALGO_SHM_SINGLE_COPY, ANY, 16 * KIB, ANY,
      NEED_CMA | WHEN_ROOMY},
     /* Oversubscribed, single copy still wins blocks from 256 KiB (16 ranks
-     * on 2 cores, 256 KiB and 1 MiB blocks: 1.2x); below, staging is as
-     * fast or up to 3x faster. */
+     * on 2 cores, 256 KiB and 1 MiB blocks: 1.2x). Below, on the AMD
+     * machine staging was as fast or up to 3x faster; on the Intel one
+     * single copy 1.4-1.8x faster from 16-32 KiB blocks at 8 and 16 ranks
+     * on 2 cores (8 KiB blocks 1.1x slower, 4 ranks level): they measure
+     * both, agreeing only when a choice is due (shm_way.c). */
     {ALGO_ALL_TO_ALL, ALGO_PATH_SHM, ALGO_SHM_SINGLE_COPY, ANY, 256 * KIB, ANY,
+     NEED_CMA},
+    {ALGO_ALL_TO_ALL, ALGO_PATH_SHM, ALGO_SHM_MEASURED, ANY, 16 * KIB, ANY,
      NEED_CMA},
     {ALGO_ALL_TO_ALL, ALGO_PATH_SHM, ALGO_SHM_STAGED, ANY, 0, ANY, 0},
     /* Variable blocks have no staged form: without single copy they go

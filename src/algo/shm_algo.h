@@ -64,6 +64,7 @@ gang_status gang__shm_allgather_measured(gang__shm_chan *c, const algo_call *k);
 gang_status gang__shm_reduce_scatter_measured(gang__shm_chan *c,
                                               const algo_call *k);
 gang_status gang__shm_bcast_measured(gang__shm_chan *c, const algo_call *k);
+gang_status gang__shm_alltoall_measured(gang__shm_chan *c, const algo_call *k);
 
 /* Measured ways (shm_way.c): where two members choose per call between
  * staged chunks and single copy by timing both. gang__shm_way_agree is
@@ -79,6 +80,7 @@ typedef enum gang__shm_way_kind {
   GANG__SHM_WAY_ALL_GATHER_OUT,
   GANG__SHM_WAY_REDUCE_SCATTER,
   GANG__SHM_WAY_BROADCAST,
+  GANG__SHM_WAY_ALL_TO_ALL,
 } gang__shm_way_kind;
 /* DIRECT: staged, every member's buffer from gang_mem_alloc, so nothing
  * is staged and there is nothing to measure (no copy is cheaper). */
@@ -87,7 +89,7 @@ enum {
   GANG__SHM_WAY_SINGLE_COPY = 1,
   GANG__SHM_WAY_DIRECT = 2
 };
-_Static_assert(GANG__SHM_WAY_BROADCAST < GANG__SHM_WAY_KINDS,
+_Static_assert(GANG__SHM_WAY_ALL_TO_ALL < GANG__SHM_WAY_KINDS,
                "shm.h keeps times for every kind");
 gang_status gang__shm_way_agree(gang__shm_chan *c, gang__shm_way_kind kind,
                                 size_t bytes, bool direct, int *way);

@@ -10,7 +10,11 @@
  *     oversubscribed, and always for variable blocks): each member publishes
  * its input's address (and for all_to_all_v the offset of each destination's
  * block); everyone pulls its blocks straight into out, then waits for all
- * pulls. */
+ * pulls.
+ *   staged or single copy (members that outnumber the CPUs, blocks below
+ *     single copy's own entry there): whichever they measured faster for
+ *     blocks of that size (shm_way.c), agreeing only when a choice is
+ *     due. */
 #include <string.h>
 
 #include "shm_algo.h"
@@ -167,6 +171,19 @@ gang_status gang__shm_alltoall_staged(gang__shm_chan *c, const algo_call *k) {
   size_t bytes;
   return own_block(c, k, &bytes) ? GANG_OK
                                  : alltoall_staged(c, k->out, k->in, bytes);
+}
+
+gang_status gang__shm_alltoall_measured(gang__shm_chan *c, const algo_call *k) {
+  size_t bytes;
+  if (own_block(c, k, &bytes))
+    return GANG_OK;
+  int way;
+  GANG_CHECK(gang__shm_way_sparse(c, GANG__SHM_WAY_ALL_TO_ALL, bytes, &way));
+  GANG_CHECK(way == GANG__SHM_WAY_SINGLE_COPY
+                 ? alltoall_single_copy(c, k->out, k->in, bytes)
+                 : alltoall_staged(c, k->out, k->in, bytes));
+  gang__shm_way_learn(c, GANG__SHM_WAY_ALL_TO_ALL, way, bytes);
+  return GANG_OK;
 }
 
 gang_status gang__shm_alltoallv_single_copy(gang__shm_chan *c,

@@ -41,7 +41,8 @@
  * staging lets it run a call ahead. So is all_gather of more than two
  * members, where members share CPUs (select.c): the step waits for every
  * member to be scheduled (4 members on 2 cores, in place, 256 KiB: 36-63
- * us with a step each call, 32-44 without, single copy forced 32-45). */
+ * us with a step each call, 32-44 without, single copy forced 32-45),
+ * and all_to_all where members outnumber the CPUs. */
 #include <stdbool.h>
 #include <stdint.h>
 

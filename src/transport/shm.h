@@ -49,7 +49,7 @@
 #define GANG_SHM_MAX_LOCAL 128
 /* Kinds of call that measure staged chunks against single copy
  * (src/algo/shm_way.c). */
-#define GANG__SHM_WAY_KINDS 5
+#define GANG__SHM_WAY_KINDS 6
 /* Step lines per member, a ring: step t uses line GANG_SHM_LINE(t). A
  * step that writes nothing but its line or its small slot of that step
  * (a barrier, a small broadcast or all_reduce) may run that many steps minus

@@ -1,0 +1,337 @@
+/* The selection table's choices on their own (src/algo/select.c): where
+ * the measured ways apply, and the link model's prices and switches
+ * between the TCP algorithms and the two-level forms. No ranks run here;
+ * test_pg_algos runs every algorithm. */
+#include <stdbool.h>
+#include <string.h>
+
+#include "harness/harness.h"
+
+#include "algo/algo.h"
+#include "algo/select.h"
+
+/* The measured ways of all_gather and reduce_scatter with more members
+ * than CPUs: taken up to two members per CPU, staging beyond (the
+ * agreeing step's round of context switches costs more there). */
+static void test_measured_when_crowded(void **state) {
+  (void)state;
+  algo_coll colls[] = {ALGO_ALL_GATHER, ALGO_REDUCE_SCATTER};
+  for (int i = 0; i < 2; i++) {
+    algo_facts f = {.bytes = 64 * 1024,
+                    .count = 16384,
+                    .size = 4,
+                    .cma = true,
+                    .oversubscribed = true};
+    assert_int_equal(gang__algo_select(NULL, colls[i], ALGO_PATH_SHM, &f),
+                     ALGO_SHM_MEASURED);
+    f.size = 8;
+    f.crowded = true;
+    assert_int_equal(gang__algo_select(NULL, colls[i], ALGO_PATH_SHM, &f),
+                     ALGO_SHM_STAGED);
+    f.cma_forced = true; /* GANG_SHM_CMA=1: single copy, crowded or not */
+    f.bytes = 256 * 1024;
+    f.count = 65536;
+    assert_int_equal(gang__algo_select(NULL, colls[i], ALGO_PATH_SHM, &f),
+                     ALGO_SHM_SINGLE_COPY);
+    f = (algo_facts){.bytes = 64 * 1024, .count = 16384, .size = 4};
+    assert_int_equal(gang__algo_select(NULL, colls[i], ALGO_PATH_SHM, &f),
+                     ALGO_SHM_STAGED); /* no single copy at all */
+  }
+}
+
+/* all_to_all with more members than CPUs: single copy from 256 KiB
+ * blocks, measured from 16 KiB, crowded or not; staged below, or with no
+ * single copy at all. */
+static void test_alltoall_measured_when_over(void **state) {
+  (void)state;
+  algo_facts f = {.bytes = 64 * 1024,
+                  .count = 16384,
+                  .size = 4,
+                  .cma = true,
+                  .oversubscribed = true};
+  assert_int_equal(gang__algo_select(NULL, ALGO_ALL_TO_ALL, ALGO_PATH_SHM, &f),
+                   ALGO_SHM_MEASURED);
+  f.size = 8;
+  f.crowded = true;
+  assert_int_equal(gang__algo_select(NULL, ALGO_ALL_TO_ALL, ALGO_PATH_SHM, &f),
+                   ALGO_SHM_MEASURED);
+  f.bytes = 256 * 1024;
+  f.count = 65536;
+  assert_int_equal(gang__algo_select(NULL, ALGO_ALL_TO_ALL, ALGO_PATH_SHM, &f),
+                   ALGO_SHM_SINGLE_COPY);
+  f.bytes = 8 * 1024;
+  f.count = 2048;
+  assert_int_equal(gang__algo_select(NULL, ALGO_ALL_TO_ALL, ALGO_PATH_SHM, &f),
+                   ALGO_SHM_STAGED);
+  f = (algo_facts){.bytes = 64 * 1024,
+                   .count = 16384,
+                   .size = 4,
+                   .oversubscribed = true}; /* no single copy at all */
+  assert_int_equal(gang__algo_select(NULL, ALGO_ALL_TO_ALL, ALGO_PATH_SHM, &f),
+                   ALGO_SHM_STAGED);
+}
+
+/* The link model (GANG_NET_LATENCY_US, GANG_NET_BANDWIDTH) chooses among
+ * the TCP algorithms by their cost formulas: recursive doubling for small
+ * all_reduces and the ring for large ones, the crossover moving with
+ * alpha / beta; Bruck for small all_gather blocks and the ring for large
+ * ones and between two ranks (Bruck's copy into place buys nothing
+ * there). */
+static void test_link_model(void **state) {
+  (void)state;
+  /* Two members: recursive doubling below 64 KiB, then whichever of it
+   * and halving-doubling they measure faster, priced as the cheaper. */
+  algo_facts two = {
+      .size = 2, .count = SIZE_MAX, .alpha_ns = 10000, .beta_ns = 1.0};
+  two.bytes = 64 * 1024 - 1;
+  assert_int_equal(
+      gang__algo_select(NULL, ALGO_ALL_REDUCE, ALGO_PATH_TCP, &two),
+      ALGO_TCP_RD);
+  for (size_t b = 64 * 1024; b <= ((size_t)1 << 30); b *= 16) {
+    two.bytes = b;
+    assert_int_equal(
+        gang__algo_select(NULL, ALGO_ALL_REDUCE, ALGO_PATH_TCP, &two),
+        ALGO_TCP_MEASURED);
+    double rd = gang__algo_cost(ALGO_ALL_REDUCE, ALGO_TCP_RD, &two),
+           hd = gang__algo_cost(ALGO_ALL_REDUCE, ALGO_TCP_HD, &two);
+    assert_true(gang__algo_cost(ALGO_ALL_REDUCE, ALGO_TCP_MEASURED, &two) ==
+                (rd < hd ? rd : hd));
+  }
+  algo_facts f = {
+      .size = 8, .count = SIZE_MAX, .alpha_ns = 10000, .beta_ns = 1.0};
+  /* 8 members: recursive doubling 3 (alpha + n beta), halving-doubling 6
+   * alpha + 1.75 n beta + 0.875 n gamma, the ring 14 alpha + 1.75 n beta. */
+  f.bytes = 1024;
+  assert_int_equal(gang__algo_select(NULL, ALGO_ALL_REDUCE, ALGO_PATH_TCP, &f),
+                   ALGO_TCP_RD);
+  f.bytes = 64 * 1024;
+  assert_int_equal(gang__algo_select(NULL, ALGO_ALL_REDUCE, ALGO_PATH_TCP, &f),
+                   ALGO_TCP_HD);
+  f.bytes = (size_t)16 << 20;
+  assert_int_equal(gang__algo_select(NULL, ALGO_ALL_REDUCE, ALGO_PATH_TCP, &f),
+                   ALGO_TCP_RING);
+  double rd = gang__algo_cost(ALGO_ALL_REDUCE, ALGO_TCP_RD, &f);
+  double hd = gang__algo_cost(ALGO_ALL_REDUCE, ALGO_TCP_HD, &f);
+  double ring = gang__algo_cost(ALGO_ALL_REDUCE, ALGO_TCP_RING, &f);
+  double n = (double)f.bytes;
+  assert_true(rd == 3 * (1e4 + n));
+  assert_true(hd == 6 * 1e4 + 1.75 * n + 0.875 * n * 0.1);
+  assert_true(ring == 14 * 1e4 + 1.75 * n);
+  /* A slow, far link (1 ms) keeps the latency-light ones longer: 1 MiB
+   * is still recursive doubling, 9 MiB halving-doubling. */
+  f.alpha_ns = 1000000;
+  f.bytes = (size_t)1 << 20;
+  assert_int_equal(gang__algo_select(NULL, ALGO_ALL_REDUCE, ALGO_PATH_TCP, &f),
+                   ALGO_TCP_RD);
+  f.bytes = (size_t)9 << 20;
+  assert_int_equal(gang__algo_select(NULL, ALGO_ALL_REDUCE, ALGO_PATH_TCP, &f),
+                   ALGO_TCP_HD);
+  /* 6 ranks: 4 in the doubling, 2 fold in and out (2 more steps each). */
+  f.size = 6;
+  assert_true(gang__algo_cost(ALGO_ALL_REDUCE, ALGO_TCP_RD, &f) ==
+              4 * (1e6 + (double)f.bytes));
+  f.size = 8;
+  f.alpha_ns = 10000;
+  f.bytes = 64;
+  assert_int_equal(gang__algo_select(NULL, ALGO_ALL_GATHER, ALGO_PATH_TCP, &f),
+                   ALGO_TCP_BRUCK);
+  f.bytes = (size_t)1 << 20;
+  assert_int_equal(gang__algo_select(NULL, ALGO_ALL_GATHER, ALGO_PATH_TCP, &f),
+                   ALGO_TCP_RING);
+  f.size = 2;
+  f.bytes = 64;
+  assert_int_equal(gang__algo_select(NULL, ALGO_ALL_GATHER, ALGO_PATH_TCP, &f),
+                   ALGO_TCP_RING);
+  /* A call that moves nothing costs nothing, on every path (its
+   * algorithms return at once); a barrier's empty messages still cost
+   * lg p alpha. */
+  f.size = 8;
+  f.bytes = 0;
+  f.hosts = 4;
+  f.per_host = 2;
+  assert_true(gang__algo_cost(ALGO_ALL_GATHER, ALGO_TCP_BRUCK, &f) == 0);
+  assert_true(gang__algo_cost(ALGO_REDUCE_SCATTER, ALGO_TCP_RING, &f) == 0);
+  assert_true(gang__algo_cost(ALGO_ALL_REDUCE, ALGO_HIER, &f) == 0);
+  assert_true(gang__algo_cost(ALGO_BARRIER, ALGO_TCP_DISSEMINATION, &f) ==
+              3 * 1e4);
+  f.hosts = 0;
+  f.per_host = 0;
+  /* A tree's steps with fewer senders than links: with one flow's beta a
+   * quarter of the all-at-once beta, 8 members' binomial broadcast pays
+   * max(1/4, 2^k/8) per byte at step k: 1/4, 1/4, 1/2. Without it, beta
+   * throughout. */
+  f.bytes = 4096;
+  double bn = (double)f.bytes;
+  assert_true(gang__algo_cost(ALGO_BROADCAST, ALGO_TCP_BINOMIAL, &f) ==
+              3 * (1e4 + bn));
+  f.beta_one_ns = 0.25;
+  assert_true(gang__algo_cost(ALGO_BROADCAST, ALGO_TCP_BINOMIAL, &f) ==
+              3 * 1e4 + bn * (0.25 + 0.25 + 0.5));
+  /* The ring's steps load every link at once: beta. */
+  assert_true(gang__algo_cost(ALGO_ALL_GATHER, ALGO_TCP_RING, &f) ==
+              7 * (1e4 + bn));
+  f.beta_one_ns = 0;
+  /* Broadcast: scatter-allgather's formula, (lg p + p - 1) alpha + 2
+   * (p-1)/p n beta, beats the tree's lg p (alpha + n beta) at 1 MiB and 8
+   * members, but it measured slower here: the table takes the tree unless
+   * GANG_ALGO forces it. */
+  f.size = 8;
+  f.bytes = (size_t)1 << 20;
+  assert_true(gang__algo_cost(ALGO_BROADCAST, ALGO_TCP_SAG, &f) ==
+              10 * 1e4 + 1.75 * (double)f.bytes);
+  assert_true(gang__algo_cost(ALGO_BROADCAST, ALGO_TCP_SAG, &f) <
+              gang__algo_cost(ALGO_BROADCAST, ALGO_TCP_BINOMIAL, &f));
+  assert_int_equal(gang__algo_select(NULL, ALGO_BROADCAST, ALGO_PATH_TCP, &f),
+                   ALGO_TCP_BINOMIAL);
+  /* reduce_scatter: at a power of two recursive halving moves the ring's
+   * bytes in lg p steps, but copies the input in and its block out, where
+   * the ring reads the input in place: 4 KiB blocks of 8 ranks take the
+   * halving (3 alpha against 7), 1 MiB the ring (the copy of 9 blocks at
+   * 10 GB/s outweighs 4 alpha); at 6 ranks the halving's fold (the whole
+   * input, and the block back) costs more than the ring's two extra steps
+   * but for tiny blocks. */
+  f.size = 8;
+  f.bytes = 4096;
+  assert_int_equal(
+      gang__algo_select(NULL, ALGO_REDUCE_SCATTER, ALGO_PATH_TCP, &f),
+      ALGO_TCP_HALVING);
+  assert_true(gang__algo_cost(ALGO_REDUCE_SCATTER, ALGO_TCP_HALVING, &f) ==
+              3 * 1e4 + 7 * 4096.0 + 7 * 4096 * 0.1 + 9 * 4096 * 0.1);
+  assert_true(gang__algo_cost(ALGO_REDUCE_SCATTER, ALGO_TCP_RING, &f) ==
+              7 * (1e4 + 4096.0 + 4096 * 0.1));
+  f.bytes = (size_t)1 << 20;
+  assert_int_equal(
+      gang__algo_select(NULL, ALGO_REDUCE_SCATTER, ALGO_PATH_TCP, &f),
+      ALGO_TCP_RING);
+  f.size = 6;
+  assert_int_equal(
+      gang__algo_select(NULL, ALGO_REDUCE_SCATTER, ALGO_PATH_TCP, &f),
+      ALGO_TCP_RING);
+  f.bytes = 64;
+  assert_int_equal(
+      gang__algo_select(NULL, ALGO_REDUCE_SCATTER, ALGO_PATH_TCP, &f),
+      ALGO_TCP_HALVING);
+}
+
+/* Gangs over several hosts: the two-level form priced step by step
+ * against flat TCP, whose exchanges across hosts share a host's link. */
+static void test_two_level_model(void **state) {
+  (void)state;
+  /* 4 hosts of 2 members, 500 us and 1 Gbit/s links. */
+  algo_facts f = {.size = 8,
+                  .count = SIZE_MAX,
+                  .alpha_ns = 500000,
+                  .beta_ns = 8.0,
+                  .hosts = 4,
+                  .per_host = 2};
+  f.bytes = 8;
+  double n = 8, s = 1000, c = 0.1, r = 0.1;
+  /* Local all_reduce, recursive doubling among 4 leaders, local
+   * broadcast. */
+  double want =
+      2 * s + n * (2 * c + 0.5 * r) + 2 * (500000 + n * 8.0) + s + n * c;
+  assert_true(gang__algo_cost(ALGO_ALL_REDUCE, ALGO_HIER, &f) == want);
+  assert_int_equal(gang__algo_select(NULL, ALGO_ALL_REDUCE, ALGO_PATH_HIER, &f),
+                   ALGO_HIER);
+  /* Flat: the two members of a host send across together in the steps of
+   * halving-doubling, so their link's beta counts twice; the ring's not. */
+  f.bytes = (size_t)1 << 20;
+  n = (double)f.bytes;
+  assert_true(gang__algo_cost(ALGO_ALL_REDUCE, ALGO_TCP_HD, &f) ==
+              6 * 500000.0 + 1.75 * n * 16.0 + 0.875 * n * 0.1);
+  assert_true(gang__algo_cost(ALGO_ALL_REDUCE, ALGO_TCP_RING, &f) ==
+              14 * 500000.0 + 1.75 * n * 8.0);
+  /* Barrier: a dissemination's lg p rounds, two local steps around the
+   * leaders' two. */
+  assert_true(gang__algo_cost(ALGO_BARRIER, ALGO_TCP_DISSEMINATION, &f) ==
+              3 * 500000.0);
+  assert_true(gang__algo_cost(ALGO_BARRIER, ALGO_HIER, &f) ==
+              2 * s + 2 * 500000.0);
+  for (int coll = 0; coll < ALGO_ALL_TO_ALL; coll++) {
+    f.bytes = 4096;
+    assert_true(gang__algo_cost((algo_coll)coll, ALGO_HIER, &f) > 0);
+    assert_int_equal(
+        gang__algo_select(NULL, (algo_coll)coll, ALGO_PATH_HIER, &f),
+        ALGO_HIER);
+  }
+  /* The rails' all_reduce: a local reduce_scatter and all_gather around
+   * an all_reduce of half the buffer along each of the two rails, both
+   * at once on a host's link (beta twice). Priced below the leaders' form
+   * (a local copy and half the TCP reduce fewer), so the table takes it
+   * where hosts are equal and the count splits in whole parts. */
+  f.bytes = (size_t)1 << 20;
+  n = (double)f.bytes;
+  f.rails = true;
+  algo_facts along = f; /* a rail: 4 members, half the buffer */
+  along.size = 4, along.hosts = along.per_host = 0, along.rails = false;
+  along.bytes = f.bytes / 2, along.beta_ns = 16.0;
+  assert_int_equal(
+      gang__algo_select(NULL, ALGO_ALL_REDUCE, ALGO_PATH_TCP, &along),
+      ALGO_TCP_HD);
+  double rails = 2 * s + 2 * n * c + 0.5 * n * r +
+                 gang__algo_cost(ALGO_ALL_REDUCE, ALGO_TCP_HD, &along);
+  assert_true(gang__algo_cost(ALGO_ALL_REDUCE, ALGO_HIER_RAILS, &f) == rails);
+  assert_true(rails < gang__algo_cost(ALGO_ALL_REDUCE, ALGO_HIER, &f));
+  assert_int_equal(gang__algo_select(NULL, ALGO_ALL_REDUCE, ALGO_PATH_HIER, &f),
+                   ALGO_HIER_RAILS);
+  assert_true(gang__algo_cost_path(ALGO_ALL_REDUCE, ALGO_PATH_HIER, &f) ==
+              rails);
+  /* Below 1 MiB: the leaders' form, though priced lower (select.c). */
+  f.bytes = (size_t)256 << 10;
+  assert_true(gang__algo_cost(ALGO_ALL_REDUCE, ALGO_HIER_RAILS, &f) <
+              gang__algo_cost(ALGO_ALL_REDUCE, ALGO_HIER, &f));
+  assert_int_equal(gang__algo_select(NULL, ALGO_ALL_REDUCE, ALGO_PATH_HIER, &f),
+                   ALGO_HIER);
+  /* Odd count, too few elements, uneven hosts: leaders, forced or not. */
+  algo_choice rails_forced;
+  assert_int_equal(
+      gang__algo_choice_parse("all_reduce=hierarchical_rails", &rails_forced),
+      GANG_OK);
+  size_t counts[] = {1001, 1, 1000};
+  for (int i = 0; i < 3; i++) {
+    f.count = counts[i];
+    f.rails = i < 2; /* the last: uneven hosts */
+    f.bytes = f.count * 4;
+    assert_int_equal(
+        gang__algo_select(&rails_forced, ALGO_ALL_REDUCE, ALGO_PATH_HIER, &f),
+        ALGO_HIER);
+  }
+  f.rails = true; /* and 1000 elements */
+  assert_int_equal(
+      gang__algo_select(&rails_forced, ALGO_ALL_REDUCE, ALGO_PATH_HIER, &f),
+      ALGO_HIER_RAILS);
+  /* Only all_reduce has the rails' form. */
+  assert_true(gang__algo_cost(ALGO_BROADCAST, ALGO_HIER_RAILS, &f) == 0);
+  f.count = SIZE_MAX;
+  f.rails = false;
+  /* A link as fast as memory (1 us, 10 GB/s): at 64 MiB the local copies
+   * cost more than flat TCP's ring saves, and the table goes flat. */
+  f.alpha_ns = 1000;
+  f.beta_ns = 0.1;
+  f.bytes = (size_t)64 << 20;
+  assert_true(gang__algo_cost_path(ALGO_ALL_REDUCE, ALGO_PATH_TCP, &f) <
+              gang__algo_cost(ALGO_ALL_REDUCE, ALGO_HIER, &f));
+  assert_int_equal(gang__algo_select(NULL, ALGO_ALL_REDUCE, ALGO_PATH_HIER, &f),
+                   ALGO_AUTO);
+  /* Forced, it runs whatever the model says; with no model it is the
+   * table's choice. */
+  algo_choice forced;
+  assert_int_equal(gang__algo_choice_parse("all_reduce=hierarchical", &forced),
+                   GANG_OK);
+  assert_int_equal(
+      gang__algo_select(&forced, ALGO_ALL_REDUCE, ALGO_PATH_HIER, &f),
+      ALGO_HIER);
+  f.alpha_ns = f.beta_ns = 0;
+  assert_int_equal(gang__algo_select(NULL, ALGO_ALL_REDUCE, ALGO_PATH_HIER, &f),
+                   ALGO_HIER);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      GT_TEST(test_measured_when_crowded),
+      GT_TEST(test_alltoall_measured_when_over),
+      GT_TEST(test_link_model),
+      GT_TEST(test_two_level_model),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
