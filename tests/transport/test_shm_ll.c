@@ -9,7 +9,7 @@
  * as threads write their lines with pauses in between while the step polls,
  * for ThreadSanitizer to check the ordering. It links shm_ll.c alone,
  * with the few calls of the shared-memory transport it makes stubbed
- * below, and nothing else of the library. */
+ * below and in shm_stubs.c, and nothing else of the library. */
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -57,20 +57,8 @@ static void publish(int member, uint64_t t, uint64_t sig) {
   atomic_store_explicit(&l->seq, t, memory_order_seq_cst);
 }
 
-/* ---- What shm_ll.c needs of src/transport/shm.c ---- */
-
-void gang__shm_ring(gang__shm_wake *w) { (void)w; }
-
-/* No member notes a CPU, so none is ever seen sharing ours. */
-int gang__shm_note_cpu(gang__shm_chan *c) {
-  (void)c;
-  return -1;
-}
-
-gang_status gang__shm_mismatch(gang__shm_chan *c, int member, uint64_t seq) {
-  (void)c, (void)member, (void)seq;
-  return GANG_MISMATCH;
-}
+/* ---- The step-line wait (the rest of src/transport/shm.c that this
+ * needs: shm_stubs.c) ---- */
 
 /* The step-line wait. Single-threaded, it first releases the withheld
  * line and publishes every peer's step line, as those peers would have;
