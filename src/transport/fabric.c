@@ -308,7 +308,7 @@ static size_t arrived(gang__fabric *f, const gang__xfer *x) {
  * connection's queue, may go now: to the end, or, when paced, one piece
  * beyond the pieces of its receive that have fully arrived, and one more
  * for every GANG__PACE_RTT_US of the connection's round trip. Lockstep
- * pays where the round trip is short (loopback, a veth pair: tens of
+ * pays where the round trip is short (loopback, a veth pair: a few
  * microseconds); across a real round trip, one piece per one-way delay
  * would cap the rate (128 KiB per 500 us is 0.26 GB/s), so the send may
  * run a round trip's worth of pieces ahead (docs/fabric.md).
