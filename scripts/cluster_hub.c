@@ -103,8 +103,7 @@ static int attach(const char *name) {
   if (ioctl(fd, TUNSETVNETHDRSZ, &hdr) != 0 ||
       ioctl(fd, TUNSETOFFLOAD,
             TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6 | TUN_F_TSO_ECN) != 0) {
-    fprintf(stderr, "cluster_hub: offloads on %s: %s\n", name,
-            strerror(errno));
+    fprintf(stderr, "cluster_hub: offloads on %s: %s\n", name, strerror(errno));
     close(fd);
     return -1;
   }

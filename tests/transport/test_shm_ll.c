@@ -8,8 +8,8 @@
  * not checked, the first flag trusted alone) fails every time. Then peers
  * as threads write their lines with pauses in between while the step polls,
  * for ThreadSanitizer to check the ordering. It links shm_ll.c alone,
- * with the few calls of the shared-memory transport it makes stubbed
- * below and in shm_stubs.c, and nothing else of the library. */
+ * with the few calls of the shared-memory transport it makes replaced
+ * below and in shm_alone.c, and nothing else of the library. */
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -58,7 +58,7 @@ static void publish(int member, uint64_t t, uint64_t sig) {
 }
 
 /* ---- The step-line wait (the rest of src/transport/shm.c that this
- * needs: shm_stubs.c) ---- */
+ * needs: shm_alone.c) ---- */
 
 /* The step-line wait. Single-threaded, it first releases the withheld
  * line and publishes every peer's step line, as those peers would have;

@@ -1,7 +1,7 @@
 /* The measured ways' agreeing step (src/algo/shm_way.c) with members as
  * threads, each a channel onto control pages in this one process. It
  * links shm_way.c, shm_ll.c and core/way.c, with the few calls of the
- * shared-memory transport they make replaced below and in shm_stubs.c.
+ * shared-memory transport they make replaced below and in shm_alone.c.
  *
  * A call's time is the slowest member's: a staged call whose member
  * finishes its own copies early has not finished the call. So every
@@ -38,7 +38,7 @@
 static gang__shm_ctl *g_ctl[MEMBERS];
 
 /* ---- The step-line wait (the rest of src/transport/shm.c that this
- * needs: shm_stubs.c) ---- */
+ * needs: shm_alone.c) ---- */
 
 /* The step-line wait: the peer is a thread, so poll. */
 gang_status gang__shm_wait_slow(gang__shm_chan *c, int member, uint64_t seq) {
