@@ -14,6 +14,14 @@
 #include "run.h"
 #include "transport/fabric.h"
 
+/* What the members of one path have timed of close calls over TCP
+ * (tcp_timed.c): per collective, a record by size class, and the two
+ * algorithms (ids + 1) each class chose between. */
+typedef struct algo_timed {
+  gang__way_book book[ALGO_COLL_COUNT];
+  uint8_t pair[ALGO_COLL_COUNT][GANG__WAY_CLASSES][2];
+} algo_timed;
+
 /* What an algorithm needs to know about the gang and the call. */
 typedef struct algo_ctx {
   gang__fabric *f;
@@ -35,6 +43,9 @@ typedef struct algo_ctx {
   /* Two members' measured all_reduce: what this member has timed on this
    * path's pair (NULL: it runs recursive doubling). */
   gang__way_book *way;
+  /* Close calls' record of this path's members (NULL: the table's
+   * choice runs). */
+  algo_timed *timed;
 } algo_ctx;
 
 /* Scratch, or the stage, of at least `bytes` bytes. */
@@ -80,5 +91,8 @@ gang_status gang__algo_alltoallv_pairwise(algo_ctx *a, const algo_call *k);
 /* Calls the measured all_reduce ran by recursive doubling, then by
  * halving-doubling (tests). */
 extern _Atomic uint64_t gang__tcp_way_taken[2];
+/* Close calls run by the pair's lower algorithm id, then by the other
+ * (tests). */
+extern _Atomic uint64_t gang__tcp_timed_taken[2];
 
 #endif

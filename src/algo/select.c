@@ -497,6 +497,38 @@ algo_id gang__algo_select(const algo_choice *choice, algo_coll coll,
   return ALGO_AUTO;
 }
 
+algo_id gang__algo_rival(const algo_choice *choice, algo_coll coll,
+                         const algo_facts *f, algo_id chosen) {
+  if ((choice != NULL && choice->forced[coll] != ALGO_AUTO) ||
+      f->alpha_ns <= 0 || f->bytes < GANG__ALGO_TIMED_FROM || f->size < 3)
+    return ALGO_AUTO;
+  /* The rules the model compares, but for the comparison itself. */
+  const algo_rule *mine = NULL;
+  algo_id best = ALGO_AUTO;
+  double priced = 0;
+  for (size_t i = 0; i < NRULES; i++) {
+    const algo_rule *r = &rules[i];
+    algo_rule open = *r;
+    open.flags &= ~WHEN_CHEAPEST;
+    if (r->coll != coll || r->path != ALGO_PATH_TCP ||
+        !(r->flags & WHEN_CHEAPEST) || !can_run(r, f) || !preferred(&open, f))
+      continue;
+    if (r->algo == chosen) {
+      mine = r;
+      continue;
+    }
+    double c = gang__algo_cost(coll, r->algo, f);
+    if (c > 0 && (best == ALGO_AUTO || c < priced)) {
+      best = r->algo;
+      priced = c;
+    }
+  }
+  double own = mine != NULL ? gang__algo_cost(coll, chosen, f) : 0;
+  return own > 0 && best != ALGO_AUTO && priced <= GANG__ALGO_CLOSE * own
+             ? best
+             : ALGO_AUTO;
+}
+
 bool gang__algo_in_table(algo_coll coll, algo_id a) {
   for (size_t i = 0; i < NRULES; i++)
     if (rules[i].coll == coll && rules[i].algo == a)

@@ -132,6 +132,17 @@ double gang__algo_cost_path(algo_coll coll, algo_path path,
  * and 64 members (gang-info). */
 void gang__algo_model_print(FILE *f, double alpha_ns, double beta_ns);
 
+/* Close calls over TCP (src/algo/tcp_timed.c): from GANG__ALGO_TIMED_FROM
+ * bytes, among three members or more, where the table chose `chosen` by
+ * the link model and the model prices another algorithm it compares at
+ * most GANG__ALGO_CLOSE times chosen's time, the members time both and
+ * take the faster. Returns that other algorithm (the cheapest such), or
+ * ALGO_AUTO: no close call, no model, or coll forced by GANG_ALGO. */
+#define GANG__ALGO_TIMED_FROM ((size_t)64 << 10)
+#define GANG__ALGO_CLOSE 1.5
+algo_id gang__algo_rival(const algo_choice *choice, algo_coll coll,
+                         const algo_facts *facts, algo_id chosen);
+
 /* Whether the table has a rule naming algorithm a for coll. */
 bool gang__algo_in_table(algo_coll coll, algo_id a);
 

@@ -52,6 +52,12 @@ void gang__way_set_agreed(gang__way_book *b, int k, int way) {
   b->agreed[k] = (uint8_t)(way + 1);
 }
 
+void gang__way_forget(gang__way_book *b, int k) {
+  b->n[k][0] = b->n[k][1] = 0;
+  b->prev[k] = b->agreed[k] = 0;
+  b->class_calls[k] = 0;
+}
+
 void gang__way_learn(gang__way_book *b, int k, int way, int64_t wall,
                      size_t bytes) {
   b->calls++;

@@ -1,11 +1,12 @@
 /* Choosing between two ways of running a call by timing both: the record
  * one member keeps for one kind of call, and the rules every member
- * applies to it alike. Two places use it: two shared-memory members
+ * applies to it alike. Three places use it: shared-memory members
  * choosing between staged chunks and single copy (src/algo/shm_way.c),
- * and two TCP members choosing between recursive doubling and
- * halving-doubling for all_reduce (src/algo/allreduce_measured.c). How
- * the members agree on a choice is theirs; what they time and when they
- * try the other way is here.
+ * two TCP members choosing between recursive doubling and
+ * halving-doubling for all_reduce (src/algo/allreduce_measured.c), and
+ * TCP members choosing between two algorithms the link model prices
+ * alike (src/algo/tcp_timed.c). How the members agree on a choice is
+ * theirs; what they time and when they try the other way is here.
  *
  * Calls fall in size classes (the kind's first class, then each doubling,
  * the last holding everything above). Per class and way the record keeps
@@ -58,6 +59,10 @@ int gang__way_proposal(const gang__way_book *b, int k, bool retry);
  * the book so (gang__way_set_agreed). */
 int gang__way_due(const gang__way_book *b, int k);
 void gang__way_set_agreed(gang__way_book *b, int k, int way);
+
+/* Forgets class k: its times, its last and agreed ways, its calls (the
+ * two ways it chose between changed). */
+void gang__way_forget(gang__way_book *b, int k);
 
 /* Keeps a finished call's time: `wall` ns for `bytes` (0: counts the call
  * of the kind, keeps nothing) taken by `way`. */

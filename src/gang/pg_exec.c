@@ -49,12 +49,26 @@ static algo_coll table_coll(gang__coll_kind kind) {
 typedef struct path {
   gang__shm_chan *ch; /* NULL: TCP */
   algo_ctx *tcp;
+  /* TCP: the close call's other algorithm (gang__algo_rival), and the
+   * call, whose gang notes the one that ran */
+  algo_id rival;
+  gang_t *g;
+  const gang_work *w;
 } path;
+
+static void chose(gang_t *g, algo_coll coll, const gang__coll *c, algo_id a,
+                  const char *path);
 
 static gang_status run(const path *on, algo_coll coll, algo_id a,
                        const algo_call *k) {
-  return on->ch != NULL ? gang__algo_run_shm(on->ch, coll, a, k)
-                        : gang__algo_run_tcp(on->tcp, coll, a, k);
+  if (on->ch != NULL)
+    return gang__algo_run_shm(on->ch, coll, a, k);
+  algo_id ran;
+  gang_status st =
+      gang__algo_run_tcp_timed(on->tcp, coll, a, on->rival, k, &ran);
+  if (ran != a && on->g != NULL)
+    chose(on->g, coll, &on->w->coll, ran, "TCP, timed");
+  return st;
 }
 
 /* Runs w's collective with algorithm `a` of the path's table: every kind
@@ -112,7 +126,7 @@ gang_status gang__pg_execute(gang_t *g, gang_work *w) {
     if (a != ALGO_AUTO) {
       chose(g, coll, c, a, "shared memory");
       gang__pg_chan_start(p->chan, g, w);
-      return run_call(g, w, &(path){.ch = p->chan}, a);
+      return run_call(g, w, &(path){.ch = p->chan, .rival = ALGO_AUTO}, a);
     }
   }
   algo_facts f = gang__pg_tcp_facts(p->w, c, g->size);
@@ -137,5 +151,11 @@ gang_status gang__pg_execute(gang_t *g, gang_work *w) {
   algo_ctx t = gang__pg_tcp_ctx(p, w, g->rank, g->size, p->map, p->ctx,
                                 gang__deadline_in_ms(g->timeout_ms), what);
   t.way = &p->way_flat;
-  return run_call(g, w, &(path){.tcp = &t}, a);
+  t.timed = &p->timed_flat;
+  return run_call(g, w,
+                  &(path){.tcp = &t,
+                          .rival = gang__algo_rival(&p->w->choice, coll, &f, a),
+                          .g = g,
+                          .w = w},
+                  a);
 }

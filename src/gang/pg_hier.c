@@ -145,6 +145,15 @@ static algo_id leaders_algo(gang__pg *p, algo_coll coll, const gang__coll *c) {
   return gang__algo_select(&p->w->choice, coll, ALGO_PATH_TCP, &f);
 }
 
+/* Runs k over TCP on ctx a with the table's algorithm for facts f (or
+ * the faster of a close call's two, where a keeps a record). */
+static gang_status run_tcp(gang__pg *p, algo_ctx *a, algo_coll coll,
+                           const algo_facts *f, const algo_call *k) {
+  algo_id first = gang__algo_select(&p->w->choice, coll, ALGO_PATH_TCP, f), ran;
+  return gang__algo_run_tcp_timed(
+      a, coll, first, gang__algo_rival(&p->w->choice, coll, f, first), k, &ran);
+}
+
 bool gang__pg_hier_has(const pg_hier *h, gang__coll_kind kind) {
   return kind == GANG_COLL_ALL_REDUCE || kind == GANG_COLL_BROADCAST ||
          kind == GANG_COLL_BARRIER ||
@@ -182,10 +191,7 @@ static gang_status rails_all_reduce(gang_t *g, gang_work *w, algo_ctx *r,
   f.count = part;
   f.beta_ns *= per; /* every rail sends at once */
   f.beta_one_ns = 0;
-  GANG_CHECK(gang__algo_run_tcp(
-      r, ALGO_ALL_REDUCE,
-      gang__algo_select(&p->w->choice, ALGO_ALL_REDUCE, ALGO_PATH_TCP, &f),
-      &along));
+  GANG_CHECK(run_tcp(p, r, ALGO_ALL_REDUCE, &f, &along));
   back.in = mine;
   back.count = part;
   return gang__algo_run_shm(h->local, ALGO_ALL_GATHER,
@@ -218,6 +224,7 @@ bool gang__pg_execute_hier(gang_t *g, gang_work *w, algo_id algo,
   algo_ctx a = gang__pg_tcp_ctx(p, w, h->my_host, h->nhosts, h->leaders, h->ctx,
                                 deadline, what);
   a.way = &p->way_leaders;
+  a.timed = &p->timed_leaders;
   algo_call k = gang__pg_algo_call(c);
   algo_id ta = leaders_algo(p, coll, c);
   *st = GANG_OK;
@@ -237,6 +244,7 @@ bool gang__pg_execute_hier(gang_t *g, gang_work *w, algo_id algo,
       algo_ctx r = gang__pg_tcp_ctx(p, w, h->my_host, h->nhosts, h->rail,
                                     h->rail_ctx, deadline, what);
       r.way = &p->way_rail;
+      r.timed = &p->timed_rail;
       *st = rails_all_reduce(g, w, &r, &k);
       return true;
     }
@@ -248,8 +256,10 @@ bool gang__pg_execute_hier(gang_t *g, gang_work *w, algo_id algo,
       *st = gang__algo_run_shm(ch, ALGO_ALL_REDUCE,
                                local_algo(p, ALGO_ALL_REDUCE, bytes, c->count),
                                &k);
-    if (*st == GANG_OK && h->leader)
-      *st = gang__algo_run_tcp(&a, ALGO_ALL_REDUCE, ta, &k);
+    if (*st == GANG_OK && h->leader) {
+      algo_facts f = gang__pg_tcp_facts(p->w, c, h->nhosts);
+      *st = run_tcp(p, &a, ALGO_ALL_REDUCE, &f, &k);
+    }
     if (*st == GANG_OK && ch != NULL)
       *st = gang__algo_run_shm(ch, ALGO_BROADCAST,
                                local_algo(p, ALGO_BROADCAST, bytes, c->count),
@@ -302,10 +312,7 @@ bool gang__pg_execute_hier(gang_t *g, gang_work *w, algo_id algo,
       algo_facts f = gang__pg_tcp_facts(p->w, c, h->nhosts);
       f.bytes = part;
       f.count = among.count;
-      *st = gang__algo_run_tcp(
-          &a, ALGO_ALL_GATHER,
-          gang__algo_select(&p->w->choice, ALGO_ALL_GATHER, ALGO_PATH_TCP, &f),
-          &among);
+      *st = run_tcp(p, &a, ALGO_ALL_GATHER, &f, &among);
     }
     if (*st == GANG_OK && ch != NULL)
       *st = gang__algo_run_shm(ch, ALGO_BROADCAST,
@@ -348,12 +355,9 @@ bool gang__pg_execute_hier(gang_t *g, gang_work *w, algo_id algo,
     if (*st == GANG_OK) {
       algo_ctx r = gang__pg_tcp_ctx(p, w, h->my_host, h->nhosts, h->rail,
                                     h->rail_ctx, deadline, what);
+      r.timed = &p->timed_rail;
       algo_facts f = gang__pg_tcp_facts(p->w, c, h->nhosts);
-      *st = gang__algo_run_tcp(&r, ALGO_REDUCE_SCATTER,
-                               gang__algo_select(&p->w->choice,
-                                                 ALGO_REDUCE_SCATTER,
-                                                 ALGO_PATH_TCP, &f),
-                               &along);
+      *st = run_tcp(p, &r, ALGO_REDUCE_SCATTER, &f, &along);
     }
     return true;
   }

@@ -126,6 +126,8 @@ typedef struct gang__pg {
    * member has timed with its partner on the flat path, among two hosts'
    * leaders and along a rail of two hosts. */
   gang__way_book way_flat, way_leaders, way_rail;
+  /* Close calls over TCP (algo_ctx.timed), on the same three paths. */
+  algo_timed timed_flat, timed_leaders, timed_rail;
   gang__shm_chan *chan;  /* every member on this host: collectives over shm */
   pg_hier *hier;         /* members on several hosts, some sharing one */
   _Atomic int last_algo; /* the algorithm of the last collective, -1: none

@@ -326,12 +326,78 @@ static void test_two_level_model(void **state) {
                    ALGO_HIER);
 }
 
+/* Close calls (tcp_timed.c): from 64 KiB, three members and more, the
+ * algorithm the model compares with the chosen one where it prices it
+ * within 1.5x; nothing where it is far, forced, or without a model. */
+static void test_close_calls(void **state) {
+  (void)state;
+  /* 8 hosts, 630 us one way-ish, 0.38 GB/s each at once: 256 KiB blocks
+   * of all_gather cost Bruck 3 alpha + 7 n beta + 8 n copy = 6.93 ms and
+   * the ring 7 (alpha + n beta) = 9.24 ms. */
+  algo_facts f = {.bytes = 256 * 1024,
+                  .count = 65536,
+                  .size = 8,
+                  .alpha_ns = 630000,
+                  .beta_ns = 2.63};
+  algo_id a = gang__algo_select(NULL, ALGO_ALL_GATHER, ALGO_PATH_TCP, &f);
+  assert_int_equal(a, ALGO_TCP_BRUCK);
+  assert_int_equal(gang__algo_rival(NULL, ALGO_ALL_GATHER, &f, a),
+                   ALGO_TCP_RING);
+  /* The ring priced 1.33x Bruck; at 64 KiB 2.1x: too far to time. */
+  f.bytes = 64 * 1024;
+  f.count = 16384;
+  a = gang__algo_select(NULL, ALGO_ALL_GATHER, ALGO_PATH_TCP, &f);
+  assert_int_equal(a, ALGO_TCP_BRUCK);
+  assert_true(gang__algo_cost(ALGO_ALL_GATHER, ALGO_TCP_RING, &f) >
+              1.5 * gang__algo_cost(ALGO_ALL_GATHER, a, &f));
+  assert_int_equal(gang__algo_rival(NULL, ALGO_ALL_GATHER, &f, a), ALGO_AUTO);
+  /* Below 64 KiB nothing is timed, however close. */
+  f.alpha_ns = 1000;
+  f.bytes = 64 * 1024 - 4;
+  f.count = f.bytes / 4;
+  a = gang__algo_select(NULL, ALGO_ALL_GATHER, ALGO_PATH_TCP, &f);
+  assert_int_equal(gang__algo_rival(NULL, ALGO_ALL_GATHER, &f, a), ALGO_AUTO);
+  /* reduce_scatter, all_reduce: the same rule. */
+  f.alpha_ns = 630000;
+  f.bytes = 256 * 1024;
+  f.count = 65536;
+  a = gang__algo_select(NULL, ALGO_REDUCE_SCATTER, ALGO_PATH_TCP, &f);
+  algo_id b = gang__algo_rival(NULL, ALGO_REDUCE_SCATTER, &f, a);
+  assert_true(b == ALGO_TCP_RING || b == ALGO_TCP_HALVING);
+  assert_true(b != a);
+  assert_true(gang__algo_cost(ALGO_REDUCE_SCATTER, b, &f) <=
+              1.5 * gang__algo_cost(ALGO_REDUCE_SCATTER, a, &f));
+  f.bytes = 2 * 1024 * 1024;
+  f.count = f.bytes / 4;
+  a = gang__algo_select(NULL, ALGO_ALL_REDUCE, ALGO_PATH_TCP, &f);
+  b = gang__algo_rival(NULL, ALGO_ALL_REDUCE, &f, a);
+  assert_true(b != ALGO_AUTO && b != a);
+  /* Forced by GANG_ALGO, or two members (measured apart), or no model:
+   * the table's choice runs. */
+  algo_choice forced;
+  assert_int_equal(gang__algo_choice_parse("all_reduce=ring", &forced),
+                   GANG_OK);
+  assert_int_equal(
+      gang__algo_rival(&forced, ALGO_ALL_REDUCE, &f, ALGO_TCP_RING), ALGO_AUTO);
+  f.size = 2;
+  assert_int_equal(gang__algo_rival(NULL, ALGO_ALL_REDUCE, &f, a), ALGO_AUTO);
+  f.size = 8;
+  f.alpha_ns = f.beta_ns = 0;
+  assert_int_equal(gang__algo_rival(NULL, ALGO_ALL_REDUCE, &f, a), ALGO_AUTO);
+  /* Broadcast's tree is not chosen by the model: never timed. */
+  f.alpha_ns = 630000;
+  f.beta_ns = 2.63;
+  assert_int_equal(
+      gang__algo_rival(NULL, ALGO_BROADCAST, &f, ALGO_TCP_BINOMIAL), ALGO_AUTO);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       GT_TEST(test_measured_when_crowded),
       GT_TEST(test_alltoall_measured_when_over),
       GT_TEST(test_link_model),
       GT_TEST(test_two_level_model),
+      GT_TEST(test_close_calls),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -577,6 +577,43 @@ static void test_rank_zero_model_holds(void **state) {
   assert_int_equal(gt_run_ranks(3, model_rank, NULL, 60000), 0);
 }
 
+/* Close calls over TCP (tcp_timed.c): on loopback with the default link
+ * model, all_gather of 64 KiB blocks prices Bruck within 1.5x of the ring
+ * at 3 and 4 members, so the members time both and agree on the faster
+ * whenever a choice is due. Every call's result must be right (members
+ * taking different algorithms would get wrong blocks or hang), both
+ * algorithms must have run, and gang_last_algorithm names each. */
+static int close_rank(int rank, int size, void *arg) {
+  (void)arg;
+  setenv("GANG_SHM_DISABLE", "1", 1);
+  gang_t *g = gt_join("algos-close", g_round, rank, size, 60000, 0);
+  static const forced any = {"", "all_gather", NULL, {0, 0, 0}, 0};
+  g_case = &any;
+  uint64_t before[2] = {atomic_load(&gang__tcp_timed_taken[0]),
+                        atomic_load(&gang__tcp_timed_taken[1])};
+  bool ring = false, bruck = false;
+  for (int it = 0; it < 30; it++) {
+    run_all_gather(g, rank, size, 16384 + (size_t)(it % 3));
+    ring |= strcmp(gang_last_algorithm(g), "ring") == 0;
+    bruck |= strcmp(gang_last_algorithm(g), "bruck") == 0;
+    run_reduce_scatter(g, rank, size, 20000);
+    run_all_reduce(g, rank, size, 70001);
+  }
+  RCHECK(atomic_load(&gang__tcp_timed_taken[0]) > before[0]);
+  RCHECK(atomic_load(&gang__tcp_timed_taken[1]) > before[1]);
+  RCHECK(ring && bruck);
+  gang_destroy(g);
+  return 0;
+}
+
+static void test_close_calls_take_both(void **state) {
+  (void)state;
+  for (int ranks = 3; ranks <= 4; ranks++) {
+    g_round++;
+    assert_int_equal(gt_run_ranks(ranks, close_rank, NULL, 120000), 0);
+  }
+}
+
 /* all_gather and reduce_scatter over hosts (GANG_HOST_ID makes them here)
  * in two levels where each host holds a block of consecutive ranks -- 2
  * hosts of 2, 3 of 2, 2 of 3 -- and flat over TCP where they do not (even
@@ -683,6 +720,7 @@ int main(void) {
       GT_TEST(test_scatter_allgather_sizes),
       GT_TEST(test_recursive_halving_sizes),
       GT_TEST(test_rank_zero_model_holds),
+      GT_TEST(test_close_calls_take_both),
       GT_TEST(test_gather_scatter_over_hosts),
   };
   return cmocka_run_group_tests(tests, gt_store_group_setup,
