@@ -48,6 +48,15 @@ typedef struct algo_ctx {
   algo_timed *timed;
 } algo_ctx;
 
+/* Close calls' agreement (tcp_timed.c): every member of a sends the
+ * others its two medians of class c in b (tags from `tags` on), and all
+ * get each way's slowest median (ns per MiB, slow[way]) and the way
+ * whose slowest is lower, the same on every member. */
+gang_status gang__algo_timed_agree(algo_ctx *a, const gang__way_book *b, int c,
+                                   uint32_t tags, double slow[2], int *way);
+/* The tags of the two paths' agreement (pg_exec.c). */
+#define GANG__ALGO_PATHS_TAGS 0x61680000u
+
 /* Scratch, or the stage, of at least `bytes` bytes. */
 gang_status gang__algo_scratch(algo_ctx *a, size_t bytes, void **out);
 gang_status gang__algo_stage(algo_ctx *a, size_t bytes, void **out);

@@ -529,6 +529,30 @@ algo_id gang__algo_rival(const algo_choice *choice, algo_coll coll,
              : ALGO_AUTO;
 }
 
+algo_id gang__algo_two_level(const algo_choice *choice, algo_coll coll,
+                             const algo_facts *f, bool *close) {
+  *close = false;
+  if (choice != NULL && choice->forced[coll] != ALGO_AUTO)
+    return ALGO_AUTO;
+  algo_id form = ALGO_AUTO;
+  for (size_t i = 0; i < NRULES && form == ALGO_AUTO; i++) {
+    const algo_rule *r = &rules[i];
+    algo_rule open = *r;
+    open.flags &= ~WHEN_BEATS_FLAT;
+    if (r->coll == coll && r->path == ALGO_PATH_HIER && can_run(r, f) &&
+        preferred(&open, f))
+      form = r->algo;
+  }
+  if (form == ALGO_AUTO || f->alpha_ns <= 0 ||
+      f->bytes < GANG__ALGO_TIMED_FROM || f->size < 3)
+    return form;
+  double two = gang__algo_cost(coll, form, f);
+  double flat = gang__algo_cost_path(coll, ALGO_PATH_TCP, f);
+  *close = two > 0 && flat > 0 && two <= GANG__ALGO_CLOSE * flat &&
+           flat <= GANG__ALGO_CLOSE * two;
+  return form;
+}
+
 bool gang__algo_in_table(algo_coll coll, algo_id a) {
   for (size_t i = 0; i < NRULES; i++)
     if (rules[i].coll == coll && rules[i].algo == a)

@@ -143,6 +143,15 @@ void gang__algo_model_print(FILE *f, double alpha_ns, double beta_ns);
 algo_id gang__algo_rival(const algo_choice *choice, algo_coll coll,
                          const algo_facts *facts, algo_id chosen);
 
+/* A gang over several hosts with shared memory on each (facts' hosts and
+ * per_host): the two-level form the table would take were it not priced
+ * against flat TCP (ALGO_AUTO: none), and *close: whether the model
+ * prices the two paths within GANG__ALGO_CLOSE of each other (from
+ * GANG__ALGO_TIMED_FROM bytes, three members and more, coll not forced),
+ * where the members time both (pg_exec.c). */
+algo_id gang__algo_two_level(const algo_choice *choice, algo_coll coll,
+                             const algo_facts *facts, bool *close);
+
 /* Whether the table has a rule naming algorithm a for coll. */
 bool gang__algo_in_table(algo_coll coll, algo_id a);
 

@@ -18,9 +18,16 @@
  * starts again. Every member makes the same calls with the same facts,
  * so the books agree on when a choice is due; then each member's two
  * medians go to every member (a dissemination all_gather: ceil(lg p)
- * rounds of 8 bytes per member) and all sum them in rank order, the same
- * sums everywhere. Each member's time runs from its entry, waiting for
- * the others included. */
+ * rounds of 8 bytes per member) and all take the way whose slowest
+ * member's median is lower, the same everywhere. Each member's time runs
+ * from its entry, waiting for the others included, so a member that
+ * entered late times a short call: the slowest member's median is the
+ * call's time, where the sum over the members let two ways with the same
+ * sum but 8 and 12 ms calls (reduce_scatter across 8 hosts) look alike.
+ * Each way is tried GANG__WAY_SAMPLES times before the first choice
+ * (calls of tens of ms scatter by half between members and calls; with
+ * three, the 8-host all_gather and reduce_scatter of 2 MiB chose the
+ * slower way in 2 of 6 runs, with five in 1 of 6). */
 #include <stdatomic.h>
 #include <stdlib.h>
 
@@ -31,13 +38,13 @@
 
 _Atomic uint64_t gang__tcp_timed_taken[2];
 
-/* Tags of the agreeing rounds: above any algorithm's step tags. */
+/* Tags of the agreeing rounds: above any algorithm's step tags (and
+ * apart from the two paths' agreement, GANG__ALGO_PATHS_TAGS, which may
+ * come first in the same call). */
 #define TAG_AGREE 0x61670000u
 
-/* The way all members take in class c of coll's record. */
-static gang_status agree(algo_ctx *a, algo_coll coll, int c,
-                         const algo_id pair[2], int *way) {
-  const gang__way_book *b = &a->timed->book[coll];
+gang_status gang__algo_timed_agree(algo_ctx *a, const gang__way_book *b, int c,
+                                   uint32_t tags, double slow[2], int *way) {
   int p = a->size, r = a->rank;
   float *st = malloc(sizeof *st * 2 * (size_t)p);
   if (st == NULL)
@@ -49,28 +56,19 @@ static gang_status agree(algo_ctx *a, algo_coll coll, int c,
   int have = 1;
   for (int d = 1, step = 0; d < p && s == GANG_OK; d *= 2, step++) {
     int n = d < p - d ? d : p - d;
-    s = gang__algo_sendrecv(
-        a, (r - d + p) % p, st, sizeof *st * 2 * (size_t)n, (r + d) % p,
-        st + 2 * have, sizeof *st * 2 * (size_t)n, TAG_AGREE + (uint32_t)step);
+    s = gang__algo_sendrecv(a, (r - d + p) % p, st, sizeof *st * 2 * (size_t)n,
+                            (r + d) % p, st + 2 * have,
+                            sizeof *st * 2 * (size_t)n, tags + (uint32_t)step);
     have += n;
   }
-  double sum[2] = {0, 0};
-  for (int q = 0; q < p && s == GANG_OK; q++) {
-    int i = (q - r + p) % p;
-    sum[0] += st[2 * i];
-    sum[1] += st[2 * i + 1];
+  slow[0] = slow[1] = 0;
+  for (int i = 0; i < p && s == GANG_OK; i++) {
+    slow[0] = st[2 * i] > slow[0] ? st[2 * i] : slow[0];
+    slow[1] = st[2 * i + 1] > slow[1] ? st[2 * i + 1] : slow[1];
   }
   free(st);
   GANG_CHECK(s);
-  *way = sum[1] < sum[0] ? 1 : 0;
-  if (a->timed->book[coll].agreed[c] != *way + 1) /* a line per change */
-    GANG_INFO(COLL,
-              "%s: %s of %d members from %zu KiB: %s (us per MiB summed "
-              "over the members: %s %.0f, %s %.0f)",
-              a->what, gang__algo_coll_name(coll), p,
-              (GANG__ALGO_TIMED_FROM << c) >> 10, gang__algo_name(pair[*way]),
-              gang__algo_name(pair[0]), sum[0] / 1e3, gang__algo_name(pair[1]),
-              sum[1] / 1e3);
+  *way = slow[1] < slow[0] ? 1 : 0;
   return GANG_OK;
 }
 
@@ -91,10 +89,20 @@ gang_status gang__algo_run_tcp_timed(algo_ctx *a, algo_coll coll, algo_id first,
     kept[0] = (uint8_t)(pair[0] + 1);
     kept[1] = (uint8_t)(pair[1] + 1);
   }
+  b->trials = GANG__WAY_SAMPLES;
   int64_t t0 = gang__now_ns();
   int way = gang__way_due(b, c);
   if (way < 0) {
-    GANG_CHECK(agree(a, coll, c, pair, &way));
+    double slow[2];
+    GANG_CHECK(gang__algo_timed_agree(a, b, c, TAG_AGREE, slow, &way));
+    if (b->agreed[c] != way + 1) /* a line per change, not per call */
+      GANG_INFO(COLL,
+                "%s: %s of %d members from %zu KiB: %s (the slowest member's "
+                "median, us per MiB: %s %.0f, %s %.0f)",
+                a->what, gang__algo_coll_name(coll), a->size,
+                (GANG__ALGO_TIMED_FROM << c) >> 10, gang__algo_name(pair[way]),
+                gang__algo_name(pair[0]), slow[0] / 1e3,
+                gang__algo_name(pair[1]), slow[1] / 1e3);
     gang__way_set_agreed(b, c, way);
   }
   *ran = pair[way];

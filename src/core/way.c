@@ -25,10 +25,15 @@ double gang__way_typical(const gang__way_book *b, int k, int way) {
   return n == 0 ? 0 : v[n / 2];
 }
 
+/* Times each way needs before the record chooses. */
+static int trials(const gang__way_book *b) {
+  return b->trials > 0 ? b->trials : GANG__WAY_TRIALS;
+}
+
 int gang__way_proposal(const gang__way_book *b, int k, bool retry) {
-  if (b->n[k][0] < GANG__WAY_TRIALS)
+  if (b->n[k][0] < trials(b))
     return 0;
-  if (b->n[k][1] < GANG__WAY_TRIALS)
+  if (b->n[k][1] < trials(b))
     return 1;
   int best = gang__way_typical(b, k, 1) < gang__way_typical(b, k, 0) ? 1 : 0;
   return retry && b->calls % GANG__WAY_RETRY >= GANG__WAY_RETRY - 2 ? 1 - best
@@ -37,9 +42,9 @@ int gang__way_proposal(const gang__way_book *b, int k, bool retry) {
 
 int gang__way_due(const gang__way_book *b, int k) {
   uint32_t phase = b->class_calls[k] % GANG__WAY_RETRY;
-  if (b->n[k][0] < GANG__WAY_TRIALS)
+  if (b->n[k][0] < trials(b))
     return 0;
-  if (b->n[k][1] < GANG__WAY_TRIALS)
+  if (b->n[k][1] < trials(b))
     return 1;
   if (b->agreed[k] == 0 || phase == 0)
     return -1;

@@ -38,6 +38,9 @@ typedef struct gang__way_book {
   uint8_t agreed[GANG__WAY_CLASSES]; /* last agreed way + 1, 0: none */
   uint32_t calls;                    /* calls of the kind so far */
   uint32_t class_calls[GANG__WAY_CLASSES]; /* calls with bytes, by class */
+  /* Times of each way kept before the first choice, at most
+   * GANG__WAY_SAMPLES (0: GANG__WAY_TRIALS). */
+  uint8_t trials;
 } gang__way_book;
 
 /* The class of a call of `bytes` where the first class ends below

@@ -3,6 +3,9 @@
 #ifndef GANG_GANG_PG_H
 #define GANG_GANG_PG_H
 
+#include <stdatomic.h>
+#include <stdint.h>
+
 #include "gang/gang.h"
 
 struct gang__fabric;
@@ -15,6 +18,10 @@ struct gang__fabric *gang__pg_fabric(gang_t *g);
  * collective, NULL before the first and for other kinds of gang
  * (gang_last_algorithm). */
 const char *gang__pg_last_algo(const gang_t *g);
+
+/* Calls whose two paths were timed (pg_exec.c) that ran the two-level
+ * form, then flat TCP (tests). */
+extern _Atomic uint64_t gang__paths_timed_taken[2];
 
 /* The world ranks of the peers a process-group gang's world saw die
  * (gang__fabric_lost_peers): at most cap into out; how many (0 for other

@@ -112,6 +112,72 @@ static void chose(gang_t *g, algo_coll coll, const gang__coll *c, algo_id a,
             c->count * gang_dtype_size(c->dtype));
 }
 
+/* Over flat TCP on ctx t: the table's algorithm for f, or the faster of
+ * a close call's two (tcp_timed.c). */
+static gang_status run_flat(gang_t *g, gang_work *w, algo_coll coll,
+                            const algo_facts *f, algo_ctx *t) {
+  gang__pg *p = g->impl;
+  algo_id a = gang__algo_select(&p->w->choice, coll, ALGO_PATH_TCP, f);
+  chose(g, coll, &w->coll, a, "TCP");
+  return run_call(g, w,
+                  &(path){.tcp = t,
+                          .rival = gang__algo_rival(&p->w->choice, coll, f, a),
+                          .g = g,
+                          .w = w},
+                  a);
+}
+
+_Atomic uint64_t gang__paths_timed_taken[2];
+
+/* Two paths the link model prices alike (gang__algo_two_level's close
+ * call): the members time the two-level form (way 0) and flat TCP (way
+ * 1) by core/way.h's rules, a record per collective, and agree over flat
+ * TCP when a choice is due (tcp_timed.c's agreement). Across 4 hosts x 2
+ * ranks at 500 us one way the flat ring took 2 MiB all_gather and
+ * reduce_scatter in 4.9 and 5.9 ms where the two-level forms, priced
+ * cheaper, took 6.5 and 8.3 (docs/algorithms.md, "Close calls"). */
+static gang_status paths_timed(gang_t *g, gang_work *w, algo_coll coll,
+                               algo_id form, const algo_facts *f, algo_ctx *t) {
+  gang__pg *p = g->impl;
+  gang__way_book *b = &p->timed_paths.book[coll];
+  int k = gang__way_class(GANG__ALGO_TIMED_FROM, f->bytes);
+  uint8_t *kept = p->timed_paths.pair[coll][k];
+  if (kept[0] != form + 1) { /* the rails' form or the leaders' */
+    gang__way_forget(b, k);
+    kept[0] = (uint8_t)(form + 1);
+  }
+  b->trials = GANG__WAY_SAMPLES; /* as tcp_timed.c's close calls */
+  int64_t t0 = gang__now_ns();
+  int way = gang__way_due(b, k);
+  if (way < 0) {
+    double slow[2];
+    GANG_CHECK(
+        gang__algo_timed_agree(t, b, k, GANG__ALGO_PATHS_TAGS, slow, &way));
+    if (b->agreed[k] != way + 1) /* a line per change, not per call */
+      GANG_INFO(COLL,
+                "%s: %s from %zu KiB: %s (the slowest member's "
+                "median, us per MiB: %s %.0f, flat TCP %.0f)",
+                t->what, gang__algo_coll_name(coll),
+                (GANG__ALGO_TIMED_FROM << k) >> 10,
+                way ? "flat TCP" : gang__algo_name(form), gang__algo_name(form),
+                slow[0] / 1e3, slow[1] / 1e3);
+    gang__way_set_agreed(b, k, way);
+  }
+  gang_status st = GANG_OK;
+  if (way == 1)
+    st = run_flat(g, w, coll, f, t);
+  else {
+    chose(g, coll, &w->coll, form, "several hosts, timed");
+    if (!gang__pg_execute_hier(g, w, form, &st))
+      st = gang__error(GANG_INTERNAL, "%s: no two-level form", t->what);
+  }
+  GANG_CHECK(st);
+  atomic_fetch_add_explicit(&gang__paths_timed_taken[way], 1,
+                            memory_order_relaxed);
+  gang__way_learn(b, k, way, gang__now_ns() - t0, f->bytes);
+  return GANG_OK;
+}
+
 gang_status gang__pg_execute(gang_t *g, gang_work *w) {
   gang__pg *p = g->impl;
   const gang__coll *c = &w->coll;
@@ -135,27 +201,25 @@ gang_status gang__pg_execute(gang_t *g, gang_work *w) {
     f.per_host = p->hier->per_host;
     f.rails = p->hier->rail != NULL;
   }
-  algo_id two = p->hier != NULL && gang__pg_hier_has(p->hier, c->kind)
-                    ? gang__algo_select(&p->w->choice, coll, ALGO_PATH_HIER, &f)
+  bool close = false,
+       has = p->hier != NULL && gang__pg_hier_has(p->hier, c->kind);
+  algo_id two = has ? gang__algo_select(&p->w->choice, coll, ALGO_PATH_HIER, &f)
                     : ALGO_AUTO;
-  if (two != ALGO_AUTO) {
-    gang_status st;
-    chose(g, coll, c, two, "several hosts");
-    if (gang__pg_execute_hier(g, w, two, &st))
-      return st;
-  }
-  algo_id a = gang__algo_select(&p->w->choice, coll, ALGO_PATH_TCP, &f);
-  chose(g, coll, c, a, "TCP");
+  algo_id form =
+      has ? gang__algo_two_level(&p->w->choice, coll, &f, &close) : ALGO_AUTO;
   char what[64];
   gang__pg_name_call(what, sizeof what, c->kind, w->seq, g->rank, g->size, "");
   algo_ctx t = gang__pg_tcp_ctx(p, w, g->rank, g->size, p->map, p->ctx,
                                 gang__deadline_in_ms(g->timeout_ms), what);
   t.way = &p->way_flat;
   t.timed = &p->timed_flat;
-  return run_call(g, w,
-                  &(path){.tcp = &t,
-                          .rival = gang__algo_rival(&p->w->choice, coll, &f, a),
-                          .g = g,
-                          .w = w},
-                  a);
+  if (close)
+    return paths_timed(g, w, coll, form, &f, &t);
+  if (two != ALGO_AUTO) {
+    gang_status st;
+    chose(g, coll, c, two, "several hosts");
+    if (gang__pg_execute_hier(g, w, two, &st))
+      return st;
+  }
+  return run_flat(g, w, coll, &f, &t);
 }

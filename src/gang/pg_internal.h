@@ -128,6 +128,9 @@ typedef struct gang__pg {
   gang__way_book way_flat, way_leaders, way_rail;
   /* Close calls over TCP (algo_ctx.timed), on the same three paths. */
   algo_timed timed_flat, timed_leaders, timed_rail;
+  /* The two paths' close calls (pg_exec.c): way 0 the two-level form,
+   * way 1 flat TCP; pair[.][.][0] the form (id + 1). */
+  algo_timed timed_paths;
   gang__shm_chan *chan;  /* every member on this host: collectives over shm */
   pg_hier *hier;         /* members on several hosts, some sharing one */
   _Atomic int last_algo; /* the algorithm of the last collective, -1: none

@@ -108,12 +108,39 @@ static void test_empty_calls(void **state) {
   assert_int_equal(b.n[0][0], 0);
 }
 
+/* A record set to more trials (the TCP close calls keep five of each
+ * way) asks for them before a choice; forgetting a class starts its
+ * trials again and leaves the others. */
+static void test_more_trials_and_forget(void **state) {
+  (void)state;
+  gang__way_book b;
+  memset(&b, 0, sizeof b);
+  b.trials = GANG__WAY_SAMPLES;
+  int k = 2;
+  for (int way = 0; way < 2; way++)
+    for (int i = 0; i < GANG__WAY_SAMPLES + 1; i++) {
+      assert_int_equal(gang__way_due(&b, k), way);
+      call(&b, k, way, way ? 50 : 70);
+    }
+  assert_int_equal(b.n[k][0], GANG__WAY_SAMPLES);
+  assert_int_equal(gang__way_due(&b, k), -1);
+  gang__way_set_agreed(&b, k, 1);
+  assert_int_equal(gang__way_due(&b, k), 1);
+  call(&b, k + 1, 0, 10);
+  gang__way_forget(&b, k);
+  assert_int_equal(gang__way_due(&b, k), 0);
+  assert_true(gang__way_typical(&b, k, 1) == 0);
+  assert_int_equal(b.agreed[k], 0);
+  assert_int_equal(b.class_calls[k + 1], 1);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       GT_TEST(test_classes),
       GT_TEST(test_trials_then_a_choice),
       GT_TEST(test_agreed_retries_and_median),
       GT_TEST(test_empty_calls),
+      GT_TEST(test_more_trials_and_forget),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

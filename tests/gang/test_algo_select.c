@@ -384,6 +384,38 @@ static void test_close_calls(void **state) {
   f.size = 8;
   f.alpha_ns = f.beta_ns = 0;
   assert_int_equal(gang__algo_rival(NULL, ALGO_ALL_REDUCE, &f, a), ALGO_AUTO);
+  /* The two paths: 2 hosts of 2 with the default link, all_gather of 64
+   * KiB blocks in two levels 180 us against flat TCP's 213: close; the
+   * form is named even where not close (below 64 KiB) or where the
+   * model prices it above flat; forced, nothing. */
+  algo_facts h = {.bytes = 64 * 1024,
+                  .count = 16384,
+                  .size = 4,
+                  .alpha_ns = 10000,
+                  .beta_ns = 0.93,
+                  .hosts = 2,
+                  .per_host = 2};
+  bool close = false;
+  assert_int_equal(gang__algo_two_level(NULL, ALGO_ALL_GATHER, &h, &close),
+                   ALGO_HIER);
+  assert_true(close);
+  h.bytes = 1024;
+  h.count = 256;
+  assert_int_equal(gang__algo_two_level(NULL, ALGO_ALL_GATHER, &h, &close),
+                   ALGO_HIER);
+  assert_false(close);
+  h.bytes = 64 * 1024;
+  h.count = 16384;
+  h.alpha_ns = 1000000; /* far hosts: two levels 1.17 ms, flat 2.39 */
+  assert_int_equal(gang__algo_two_level(NULL, ALGO_ALL_GATHER, &h, &close),
+                   ALGO_HIER);
+  assert_false(close);
+  algo_choice ring;
+  assert_int_equal(gang__algo_choice_parse("all_gather=ring", &ring), GANG_OK);
+  h.alpha_ns = 10000;
+  assert_int_equal(gang__algo_two_level(&ring, ALGO_ALL_GATHER, &h, &close),
+                   ALGO_AUTO);
+  assert_false(close);
   /* Broadcast's tree is not chosen by the model: never timed. */
   f.alpha_ns = 630000;
   f.beta_ns = 2.63;
