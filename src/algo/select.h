@@ -139,7 +139,7 @@ void gang__algo_model_print(FILE *f, double alpha_ns, double beta_ns);
  * take the faster. Returns that other algorithm (the cheapest such), or
  * ALGO_AUTO: no close call, no model, or coll forced by GANG_ALGO. */
 #define GANG__ALGO_TIMED_FROM ((size_t)64 << 10)
-#define GANG__ALGO_CLOSE 1.5
+#define GANG__ALGO_CLOSE 2.0
 algo_id gang__algo_rival(const algo_choice *choice, algo_coll coll,
                          const algo_facts *facts, algo_id chosen);
 

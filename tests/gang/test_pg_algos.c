@@ -578,7 +578,7 @@ static void test_rank_zero_model_holds(void **state) {
 }
 
 /* Close calls over TCP (tcp_timed.c): on loopback with the default link
- * model, all_gather of 64 KiB blocks prices Bruck within 1.5x of the ring
+ * model, all_gather of 64 KiB blocks prices Bruck within 2x of the ring
  * at 3 and 4 members, so the members time both and agree on the faster
  * whenever a choice is due. Every call's result must be right (members
  * taking different algorithms would get wrong blocks or hang), both
@@ -608,7 +608,7 @@ static int close_rank(int rank, int size, void *arg) {
 
 /* The two paths' close calls (pg_exec.c): 2 hosts of 2 ranks here
  * (GANG_HOST_ID), where the default link model prices the two-level
- * all_gather of 64 KiB blocks within 1.5x of flat TCP: both paths run,
+ * all_gather of 64 KiB blocks within 2x of flat TCP: both paths run,
  * agreed on by every member, with every result right. */
 static int paths_rank(int rank, int size, void *arg) {
   (void)arg;
