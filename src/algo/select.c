@@ -404,7 +404,13 @@ static double hier_cost(algo_coll coll, algo_id a, const algo_facts *f) {
     return s + (1 + l) * n * c +
            gang__algo_cost_path(coll, ALGO_PATH_TCP, &among) + s + p * n * c;
   case ALGO_REDUCE_SCATTER: /* the input packed by local index, reduced
-                               in the host, then along the rail */
+                               in the host, then along the rail, every
+                               rail at once: a host's link carries l
+                               flows (priced without them, 4 hosts x 2 at
+                               500 us one way took 2 MiB in 2.33x its
+                               price) */
+    among.beta_ns = f->beta_ns * l;
+    among.beta_one_ns = 0;
     return p * n * COPY_NS_PER_BYTE + s + p * n * (c + r) +
            gang__algo_cost_path(coll, ALGO_PATH_TCP, &among);
   default:

@@ -357,6 +357,8 @@ bool gang__pg_execute_hier(gang_t *g, gang_work *w, algo_id algo,
                                     h->rail_ctx, deadline, what);
       r.timed = &p->timed_rail;
       algo_facts f = gang__pg_tcp_facts(p->w, c, h->nhosts);
+      f.beta_ns *= per; /* every rail sends at once, as select.c prices */
+      f.beta_one_ns = 0;
       *st = run_tcp(p, &r, ALGO_REDUCE_SCATTER, &f, &along);
     }
     return true;

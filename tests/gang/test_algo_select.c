@@ -233,6 +233,19 @@ static void test_two_level_model(void **state) {
   assert_true(gang__algo_cost(ALGO_ALL_REDUCE, ALGO_HIER, &f) == want);
   assert_int_equal(gang__algo_select(NULL, ALGO_ALL_REDUCE, ALGO_PATH_HIER, &f),
                    ALGO_HIER);
+  /* reduce_scatter of 256 KiB blocks: the packing, the host's reduce,
+   * then the table's reduce_scatter among the 4 hosts along both rails
+   * at once: each host's link carries two flows, beta twice. */
+  f.bytes = 256 * 1024;
+  n = (double)f.bytes;
+  algo_facts rail = {
+      .size = 4, .count = SIZE_MAX, .alpha_ns = 500000, .beta_ns = 16.0};
+  rail.bytes = f.bytes;
+  want = 8 * n * c + s + 8 * n * (c + r) +
+         gang__algo_cost_path(ALGO_REDUCE_SCATTER, ALGO_PATH_TCP, &rail);
+  assert_true(gang__algo_cost(ALGO_REDUCE_SCATTER, ALGO_HIER, &f) == want);
+  f.bytes = 8;
+  n = 8;
   /* Flat: the two members of a host send across together in the steps of
    * halving-doubling, so their link's beta counts twice; the ring's not. */
   f.bytes = (size_t)1 << 20;
