@@ -6,6 +6,7 @@
 #ifndef GANG_ALGO_H
 #define GANG_ALGO_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -14,13 +15,36 @@
 #include "run.h"
 #include "transport/fabric.h"
 
-/* What the members of one path have timed of close calls over TCP
+/* What the members of one path have timed of contests over TCP
  * (tcp_timed.c): per collective, a record by size class, and the two
  * algorithms (ids + 1) each class chose between. */
 typedef struct algo_timed {
   gang__way_book book[ALGO_COLL_COUNT];
   uint8_t pair[ALGO_COLL_COUNT][GANG__WAY_CLASSES][2];
+  uint8_t state[ALGO_COLL_COUNT][GANG__WAY_CLASSES]; /* algo_contest's */
 } algo_timed;
+
+/* One call's part in a contest between two ways (tcp_timed.c): the
+ * model's choice (`chosen`, way 0 or 1) runs until its times are in, and
+ * if the slowest member's median took more than GANG__ALGO_CLOSE times
+ * its price the two are timed against each other from then on, as a
+ * close call is from the start. *state is the class's: 0 the model's
+ * choice on trial, 1 it held, 2 timed. */
+typedef struct algo_contest {
+  gang__way_book *book;
+  uint8_t *state;
+  int k;           /* the size class */
+  int chosen;      /* the model's way */
+  bool close;      /* priced within GANG__ALGO_CLOSE: timed at once */
+  double price_ns; /* the model's price of this call by the chosen way */
+  size_t bytes;
+  uint32_t tags; /* of the agreeing rounds */
+  /* Set by gang__algo_contest_way for the log: what was agreed in this
+   * call (0 nothing, 1 the model's choice held or failed, 2 a way), with
+   * each way's slowest median (ns per MiB). */
+  int agreed;
+  double slow[2];
+} algo_contest;
 
 /* What an algorithm needs to know about the gang and the call. */
 typedef struct algo_ctx {
@@ -43,17 +67,22 @@ typedef struct algo_ctx {
   /* Two members' measured all_reduce: what this member has timed on this
    * path's pair (NULL: it runs recursive doubling). */
   gang__way_book *way;
-  /* Close calls' record of this path's members (NULL: the table's
+  /* Contests' record of this path's members (NULL: the table's
    * choice runs). */
   algo_timed *timed;
 } algo_ctx;
 
-/* Close calls' agreement (tcp_timed.c): every member of a sends the
+/* Contests' agreement (tcp_timed.c): every member of a sends the
  * others its two medians of class c in b (tags from `tags` on), and all
  * get each way's slowest median (ns per MiB, slow[way]) and the way
  * whose slowest is lower, the same on every member. */
 gang_status gang__algo_timed_agree(algo_ctx *a, const gang__way_book *b, int c,
                                    uint32_t tags, double slow[2], int *way);
+/* The way this call of contest t runs, agreeing with the other members
+ * of a first where a step is due. */
+gang_status gang__algo_contest_way(algo_ctx *a, algo_contest *t, int *way);
+/* Keeps the call's time: wall ns by `way`. */
+void gang__algo_contest_done(algo_contest *t, int way, int64_t wall);
 /* The tags of the two paths' agreement (pg_exec.c). */
 #define GANG__ALGO_PATHS_TAGS 0x61680000u
 
@@ -100,7 +129,7 @@ gang_status gang__algo_alltoallv_pairwise(algo_ctx *a, const algo_call *k);
 /* Calls the measured all_reduce ran by recursive doubling, then by
  * halving-doubling (tests). */
 extern _Atomic uint64_t gang__tcp_way_taken[2];
-/* Close calls run by the pair's lower algorithm id, then by the other
+/* Contested calls run by the pair's lower algorithm id, then by the other
  * (tests). */
 extern _Atomic uint64_t gang__tcp_timed_taken[2];
 

@@ -42,12 +42,13 @@ gang_status gang__algo_run_shm(struct gang__shm_chan *c, algo_coll coll,
 gang_status gang__algo_run_tcp(struct algo_ctx *a, algo_coll coll, algo_id algo,
                                const algo_call *k);
 
-/* Runs it with `first`, or, where the table named a rival for a close
- * call (gang__algo_rival, not ALGO_AUTO) and a has a record (timed), with
- * whichever of the two the members' times say (tcp_timed.c). *ran: the
+/* Runs it with `first`, the table's choice for facts f, or, where it
+ * has a contest (gang__algo_rival) and a has a record (timed), with
+ * whichever of the two the contest says (tcp_timed.c). *ran: the
  * algorithm that ran. */
-gang_status gang__algo_run_tcp_timed(struct algo_ctx *a, algo_coll coll,
-                                     algo_id first, algo_id rival,
+gang_status gang__algo_run_tcp_timed(struct algo_ctx *a,
+                                     const algo_choice *choice, algo_coll coll,
+                                     const algo_facts *f, algo_id first,
                                      const algo_call *k, algo_id *ran);
 
 /* Whether coll has a handler for algo (on the path algo belongs to). */

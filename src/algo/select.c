@@ -504,7 +504,8 @@ algo_id gang__algo_select(const algo_choice *choice, algo_coll coll,
 }
 
 algo_id gang__algo_rival(const algo_choice *choice, algo_coll coll,
-                         const algo_facts *f, algo_id chosen) {
+                         const algo_facts *f, algo_id chosen, bool *close) {
+  *close = false;
   if ((choice != NULL && choice->forced[coll] != ALGO_AUTO) ||
       f->alpha_ns <= 0 || f->bytes < GANG__ALGO_TIMED_FROM || f->size < 3)
     return ALGO_AUTO;
@@ -530,15 +531,17 @@ algo_id gang__algo_rival(const algo_choice *choice, algo_coll coll,
     }
   }
   double own = mine != NULL ? gang__algo_cost(coll, chosen, f) : 0;
-  return own > 0 && best != ALGO_AUTO && priced <= GANG__ALGO_CLOSE * own
-             ? best
-             : ALGO_AUTO;
+  if (own <= 0 || best == ALGO_AUTO)
+    return ALGO_AUTO;
+  *close = priced <= GANG__ALGO_CLOSE * own;
+  return best;
 }
 
 algo_id gang__algo_two_level(const algo_choice *choice, algo_coll coll,
                              const algo_facts *f, bool *close) {
   *close = false;
-  if (choice != NULL && choice->forced[coll] != ALGO_AUTO)
+  if ((choice != NULL && choice->forced[coll] != ALGO_AUTO) ||
+      f->alpha_ns <= 0 || f->bytes < GANG__ALGO_TIMED_FROM || f->size < 3)
     return ALGO_AUTO;
   algo_id form = ALGO_AUTO;
   for (size_t i = 0; i < NRULES && form == ALGO_AUTO; i++) {
@@ -549,13 +552,11 @@ algo_id gang__algo_two_level(const algo_choice *choice, algo_coll coll,
         preferred(&open, f))
       form = r->algo;
   }
-  if (form == ALGO_AUTO || f->alpha_ns <= 0 ||
-      f->bytes < GANG__ALGO_TIMED_FROM || f->size < 3)
-    return form;
-  double two = gang__algo_cost(coll, form, f);
+  double two = form != ALGO_AUTO ? gang__algo_cost(coll, form, f) : 0;
   double flat = gang__algo_cost_path(coll, ALGO_PATH_TCP, f);
-  *close = two > 0 && flat > 0 && two <= GANG__ALGO_CLOSE * flat &&
-           flat <= GANG__ALGO_CLOSE * two;
+  if (two <= 0 || flat <= 0)
+    return ALGO_AUTO;
+  *close = two <= GANG__ALGO_CLOSE * flat && flat <= GANG__ALGO_CLOSE * two;
   return form;
 }
 

@@ -132,23 +132,23 @@ double gang__algo_cost_path(algo_coll coll, algo_path path,
  * and 64 members (gang-info). */
 void gang__algo_model_print(FILE *f, double alpha_ns, double beta_ns);
 
-/* Close calls over TCP (src/algo/tcp_timed.c): from GANG__ALGO_TIMED_FROM
- * bytes, among three members or more, where the table chose `chosen` by
- * the link model and the model prices another algorithm it compares at
- * most GANG__ALGO_CLOSE times chosen's time, the members time both and
- * take the faster. Returns that other algorithm (the cheapest such), or
- * ALGO_AUTO: no close call, no model, or coll forced by GANG_ALGO. */
+/* Contests over TCP (src/algo/tcp_timed.c): from GANG__ALGO_TIMED_FROM
+ * bytes, among three members or more, coll not forced by GANG_ALGO,
+ * where the table chose `chosen` by the link model: the cheapest other
+ * algorithm the model compares (ALGO_AUTO: none, or no contest), and
+ * *close where the model prices it within GANG__ALGO_CLOSE times chosen's
+ * price. A close call is timed from its first calls; another, once the
+ * chosen algorithm took more than GANG__ALGO_CLOSE times its price. */
 #define GANG__ALGO_TIMED_FROM ((size_t)64 << 10)
 #define GANG__ALGO_CLOSE 2.0
 algo_id gang__algo_rival(const algo_choice *choice, algo_coll coll,
-                         const algo_facts *facts, algo_id chosen);
+                         const algo_facts *facts, algo_id chosen, bool *close);
 
-/* A gang over several hosts with shared memory on each (facts' hosts and
- * per_host): the two-level form the table would take were it not priced
- * against flat TCP (ALGO_AUTO: none), and *close: whether the model
- * prices the two paths within GANG__ALGO_CLOSE of each other (from
- * GANG__ALGO_TIMED_FROM bytes, three members and more, coll not forced),
- * where the members time both (pg_exec.c). */
+/* The same for the two paths of a gang over several hosts with shared
+ * memory on each (facts' hosts and per_host): the two-level form the
+ * table would take were it not priced against flat TCP, where the two
+ * can contest (ALGO_AUTO: no contest), and *close where the model prices
+ * them within GANG__ALGO_CLOSE of each other (pg_exec.c). */
 algo_id gang__algo_two_level(const algo_choice *choice, algo_coll coll,
                              const algo_facts *facts, bool *close);
 

@@ -1,7 +1,10 @@
-/* Close calls over TCP: two algorithms the link model prices within
- * GANG__ALGO_CLOSE of each other (select.h), timed by the members, who
- * take the faster (core/way.h keeps the times and says when to try
- * which).
+/* Contests over TCP: the link model's choice on trial against its
+ * cheapest rival (select.h's gang__algo_rival). The choice runs until its
+ * times are in; where its slowest member's median took more than
+ * GANG__ALGO_CLOSE times its price, or where the model prices the two
+ * within GANG__ALGO_CLOSE of each other (a close call, timed at once),
+ * the members time both and take the faster (core/way.h keeps the times
+ * and says when to try which).
  *
  * The model prices a byte alike in every message, but a network need not
  * move it so: across 8 hosts of the cluster in a box at 500 us one way
@@ -9,8 +12,9 @@
  * moved each host's bytes about twice as fast as the 1 MiB steps of
  * Bruck's all_gather and of recursive halving, so at 2 MiB the ring took
  * 7.0-7.7 ms where the model's choices took 9.7-12.5 (docs/algorithms.md,
- * "Close calls"). Where the model's margin is that thin, a few calls of
- * each settle it.
+ * "Contests"); on the box without a delay, where the two CPUs are the
+ * link, a two-level all_gather took 3.4x its price. A few calls of each
+ * settle it.
  *
  * Way 0 is the pair's lower algorithm id, way 1 the other, so that the
  * class's record holds for whichever the model puts first; a class whose
@@ -72,43 +76,91 @@ gang_status gang__algo_timed_agree(algo_ctx *a, const gang__way_book *b, int c,
   return GANG_OK;
 }
 
-gang_status gang__algo_run_tcp_timed(algo_ctx *a, algo_coll coll, algo_id first,
-                                     algo_id rival, const algo_call *k,
+gang_status gang__algo_contest_way(algo_ctx *a, algo_contest *t, int *way) {
+  gang__way_book *b = t->book;
+  int k = t->k;
+  b->trials = GANG__WAY_SAMPLES;
+  t->agreed = 0;
+  if (*t->state == 0 && t->close)
+    *t->state = 2;
+  if (*t->state == 0 && b->n[k][t->chosen] >= GANG__WAY_SAMPLES) {
+    /* The model's choice has its times: did it hold? */
+    int ignored;
+    GANG_CHECK(gang__algo_timed_agree(a, b, k, t->tags, t->slow, &ignored));
+    double priced = t->price_ns / ((double)t->bytes / 1048576.0);
+    *t->state =
+        t->price_ns > 0 && t->slow[t->chosen] > GANG__ALGO_CLOSE * priced ? 2
+                                                                          : 1;
+    t->agreed = 1;
+  }
+  if (*t->state != 2) {
+    *way = t->chosen;
+    return GANG_OK;
+  }
+  *way = gang__way_due(b, k);
+  if (*way < 0) {
+    GANG_CHECK(gang__algo_timed_agree(a, b, k, t->tags + 64, t->slow, way));
+    if (b->agreed[k] != *way + 1) /* a line per change, not per call */
+      t->agreed = 2;
+    gang__way_set_agreed(b, k, *way);
+  }
+  return GANG_OK;
+}
+
+void gang__algo_contest_done(algo_contest *t, int way, int64_t wall) {
+  gang__way_learn(t->book, t->k, way, wall, t->bytes);
+}
+
+gang_status gang__algo_run_tcp_timed(algo_ctx *a, const algo_choice *choice,
+                                     algo_coll coll, const algo_facts *f,
+                                     algo_id first, const algo_call *k,
                                      algo_id *ran) {
   *ran = first;
-  if (rival == ALGO_AUTO || rival == first || a->timed == NULL || a->size < 2)
+  bool close;
+  algo_id rival = a->timed != NULL && a->size > 2
+                      ? gang__algo_rival(choice, coll, f, first, &close)
+                      : ALGO_AUTO;
+  if (rival == ALGO_AUTO || rival == first)
     return gang__algo_run_tcp(a, coll, first, k);
   size_t bytes = k->count * gang_dtype_size(k->dtype);
-  gang__way_book *b = &a->timed->book[coll];
   int c = gang__way_class(GANG__ALGO_TIMED_FROM, bytes);
   algo_id pair[2] = {first < rival ? first : rival,
                      first < rival ? rival : first};
   uint8_t *kept = a->timed->pair[coll][c];
+  algo_contest t = {.book = &a->timed->book[coll],
+                    .state = &a->timed->state[coll][c],
+                    .k = c,
+                    .chosen = pair[1] == first,
+                    .close = close,
+                    .price_ns = gang__algo_cost(coll, first, f),
+                    .bytes = bytes,
+                    .tags = TAG_AGREE};
   if (kept[0] != pair[0] + 1 || kept[1] != pair[1] + 1) {
-    gang__way_forget(b, c);
+    gang__way_forget(t.book, c);
+    *t.state = 0;
     kept[0] = (uint8_t)(pair[0] + 1);
     kept[1] = (uint8_t)(pair[1] + 1);
   }
-  b->trials = GANG__WAY_SAMPLES;
   int64_t t0 = gang__now_ns();
-  int way = gang__way_due(b, c);
-  if (way < 0) {
-    double slow[2];
-    GANG_CHECK(gang__algo_timed_agree(a, b, c, TAG_AGREE, slow, &way));
-    if (b->agreed[c] != way + 1) /* a line per change, not per call */
-      GANG_INFO(COLL,
-                "%s: %s of %d members from %zu KiB: %s (the slowest member's "
-                "median, us per MiB: %s %.0f, %s %.0f)",
-                a->what, gang__algo_coll_name(coll), a->size,
-                (GANG__ALGO_TIMED_FROM << c) >> 10, gang__algo_name(pair[way]),
-                gang__algo_name(pair[0]), slow[0] / 1e3,
-                gang__algo_name(pair[1]), slow[1] / 1e3);
-    gang__way_set_agreed(b, c, way);
-  }
+  int way;
+  GANG_CHECK(gang__algo_contest_way(a, &t, &way));
+  if (t.agreed == 1 || t.agreed == 2)
+    GANG_INFO(COLL,
+              "%s: %s of %d members from %zu KiB: %s (the slowest member's "
+              "median, us per MiB: %s %.0f, %s %.0f; the model's %s, priced "
+              "%.0f)",
+              a->what, gang__algo_coll_name(coll), a->size,
+              (GANG__ALGO_TIMED_FROM << c) >> 10,
+              t.agreed == 1 ? (*t.state == 2 ? "timed against its rival"
+                                             : "the model's choice holds")
+                            : gang__algo_name(pair[way]),
+              gang__algo_name(pair[0]), t.slow[0] / 1e3,
+              gang__algo_name(pair[1]), t.slow[1] / 1e3, gang__algo_name(first),
+              t.price_ns / ((double)bytes / 1048576.0) / 1e3);
   *ran = pair[way];
   GANG_CHECK(gang__algo_run_tcp(a, coll, pair[way], k));
   atomic_fetch_add_explicit(&gang__tcp_timed_taken[way], 1,
                             memory_order_relaxed);
-  gang__way_learn(b, c, way, gang__now_ns() - t0, bytes);
+  gang__algo_contest_done(&t, way, gang__now_ns() - t0);
   return GANG_OK;
 }

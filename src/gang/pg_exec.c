@@ -49,9 +49,10 @@ static algo_coll table_coll(gang__coll_kind kind) {
 typedef struct path {
   gang__shm_chan *ch; /* NULL: TCP */
   algo_ctx *tcp;
-  /* TCP: the close call's other algorithm (gang__algo_rival), and the
-   * call, whose gang notes the one that ran */
-  algo_id rival;
+  /* TCP: the facts the table chose by (a contest may run the other
+   * algorithm: tcp_timed.c), and the call, whose gang notes the one that
+   * ran */
+  const algo_facts *f;
   gang_t *g;
   const gang_work *w;
 } path;
@@ -63,10 +64,13 @@ static gang_status run(const path *on, algo_coll coll, algo_id a,
                        const algo_call *k) {
   if (on->ch != NULL)
     return gang__algo_run_shm(on->ch, coll, a, k);
+  if (on->f == NULL)
+    return gang__algo_run_tcp(on->tcp, coll, a, k);
+  gang__pg *p = on->g->impl;
   algo_id ran;
   gang_status st =
-      gang__algo_run_tcp_timed(on->tcp, coll, a, on->rival, k, &ran);
-  if (ran != a && on->g != NULL)
+      gang__algo_run_tcp_timed(on->tcp, &p->w->choice, coll, on->f, a, k, &ran);
+  if (ran != a)
     chose(on->g, coll, &on->w->coll, ran, "TCP, timed");
   return st;
 }
@@ -119,62 +123,72 @@ static gang_status run_flat(gang_t *g, gang_work *w, algo_coll coll,
   gang__pg *p = g->impl;
   algo_id a = gang__algo_select(&p->w->choice, coll, ALGO_PATH_TCP, f);
   chose(g, coll, &w->coll, a, "TCP");
-  return run_call(g, w,
-                  &(path){.tcp = t,
-                          .rival = gang__algo_rival(&p->w->choice, coll, f, a),
-                          .g = g,
-                          .w = w},
-                  a);
+  return run_call(g, w, &(path){.tcp = t, .f = f, .g = g, .w = w}, a);
 }
 
 _Atomic uint64_t gang__paths_timed_taken[2];
 
-/* Two paths the link model prices alike (gang__algo_two_level's close
- * call): the members time the two-level form (way 0) and flat TCP (way
- * 1) by core/way.h's rules, a record per collective, and agree over flat
- * TCP when a choice is due (tcp_timed.c's agreement). Across 4 hosts x 2
- * ranks at 500 us one way the flat ring took 2 MiB all_gather and
+/* The two paths of a gang over several hosts with shared memory, where
+ * they can contest (gang__algo_two_level): the two-level form is way 0,
+ * flat TCP way 1, the model's choice runs until its times are in and the
+ * two are timed against each other where it took more than twice its
+ * price or the model prices them within 2x (tcp_timed.c's contest, a
+ * record per collective, agreed over flat TCP). Across 4 hosts x 2 ranks
+ * at 500 us one way the flat ring took 2 MiB all_gather and
  * reduce_scatter in 4.9 and 5.9 ms where the two-level forms, priced
- * cheaper, took 6.5 and 8.3 (docs/algorithms.md, "Close calls"). */
+ * cheaper, took 6.5 and 8.3 (docs/algorithms.md, "Contests"). */
 static gang_status paths_timed(gang_t *g, gang_work *w, algo_coll coll,
-                               algo_id form, const algo_facts *f, algo_ctx *t) {
+                               algo_id form, algo_id two, bool close,
+                               const algo_facts *f, algo_ctx *t) {
   gang__pg *p = g->impl;
-  gang__way_book *b = &p->timed_paths.book[coll];
   int k = gang__way_class(GANG__ALGO_TIMED_FROM, f->bytes);
   uint8_t *kept = p->timed_paths.pair[coll][k];
-  if (kept[0] != form + 1) { /* the rails' form or the leaders' */
-    gang__way_forget(b, k);
+  algo_contest c = {.book = &p->timed_paths.book[coll],
+                    .state = &p->timed_paths.state[coll][k],
+                    .k = k,
+                    .chosen = two != ALGO_AUTO ? 0 : 1,
+                    .close = close,
+                    .price_ns =
+                        two != ALGO_AUTO
+                            ? gang__algo_cost(coll, form, f)
+                            : gang__algo_cost_path(coll, ALGO_PATH_TCP, f),
+                    .bytes = f->bytes,
+                    .tags = GANG__ALGO_PATHS_TAGS};
+  if (kept[0] != form + 1 || kept[1] != c.chosen + 1) {
+    gang__way_forget(c.book, k); /* the rails' form or the leaders', or
+                                    the model's choice, changed */
+    *c.state = 0;
     kept[0] = (uint8_t)(form + 1);
+    kept[1] = (uint8_t)(c.chosen + 1);
   }
-  b->trials = GANG__WAY_SAMPLES; /* as tcp_timed.c's close calls */
   int64_t t0 = gang__now_ns();
-  int way = gang__way_due(b, k);
-  if (way < 0) {
-    double slow[2];
-    GANG_CHECK(
-        gang__algo_timed_agree(t, b, k, GANG__ALGO_PATHS_TAGS, slow, &way));
-    if (b->agreed[k] != way + 1) /* a line per change, not per call */
-      GANG_INFO(COLL,
-                "%s: %s from %zu KiB: %s (the slowest member's "
-                "median, us per MiB: %s %.0f, flat TCP %.0f)",
-                t->what, gang__algo_coll_name(coll),
-                (GANG__ALGO_TIMED_FROM << k) >> 10,
-                way ? "flat TCP" : gang__algo_name(form), gang__algo_name(form),
-                slow[0] / 1e3, slow[1] / 1e3);
-    gang__way_set_agreed(b, k, way);
-  }
+  int way;
+  GANG_CHECK(gang__algo_contest_way(t, &c, &way));
+  if (c.agreed != 0)
+    GANG_INFO(COLL,
+              "%s: %s from %zu KiB: %s (the slowest member's median, us per "
+              "MiB: %s %.0f, flat TCP %.0f; the model's %s, priced %.0f)",
+              t->what, gang__algo_coll_name(coll),
+              (GANG__ALGO_TIMED_FROM << k) >> 10,
+              c.agreed == 1 ? (*c.state == 2 ? "timed against the other path"
+                                             : "the model's choice holds")
+              : way         ? "flat TCP"
+                            : gang__algo_name(form),
+              gang__algo_name(form), c.slow[0] / 1e3, c.slow[1] / 1e3,
+              c.chosen ? "flat TCP" : gang__algo_name(form),
+              c.price_ns / ((double)f->bytes / 1048576.0) / 1e3);
   gang_status st = GANG_OK;
   if (way == 1)
     st = run_flat(g, w, coll, f, t);
   else {
-    chose(g, coll, &w->coll, form, "several hosts, timed");
+    chose(g, coll, &w->coll, form, "several hosts");
     if (!gang__pg_execute_hier(g, w, form, &st))
       st = gang__error(GANG_INTERNAL, "%s: no two-level form", t->what);
   }
   GANG_CHECK(st);
   atomic_fetch_add_explicit(&gang__paths_timed_taken[way], 1,
                             memory_order_relaxed);
-  gang__way_learn(b, k, way, gang__now_ns() - t0, f->bytes);
+  gang__algo_contest_done(&c, way, gang__now_ns() - t0);
   return GANG_OK;
 }
 
@@ -192,7 +206,7 @@ gang_status gang__pg_execute(gang_t *g, gang_work *w) {
     if (a != ALGO_AUTO) {
       chose(g, coll, c, a, "shared memory");
       gang__pg_chan_start(p->chan, g, w);
-      return run_call(g, w, &(path){.ch = p->chan, .rival = ALGO_AUTO}, a);
+      return run_call(g, w, &(path){.ch = p->chan}, a);
     }
   }
   algo_facts f = gang__pg_tcp_facts(p->w, c, g->size);
@@ -213,8 +227,8 @@ gang_status gang__pg_execute(gang_t *g, gang_work *w) {
                                 gang__deadline_in_ms(g->timeout_ms), what);
   t.way = &p->way_flat;
   t.timed = &p->timed_flat;
-  if (close)
-    return paths_timed(g, w, coll, form, &f, &t);
+  if (form != ALGO_AUTO && (two == ALGO_AUTO || two == form))
+    return paths_timed(g, w, coll, form, two, close, &f, &t);
   if (two != ALGO_AUTO) {
     gang_status st;
     chose(g, coll, c, two, "several hosts");

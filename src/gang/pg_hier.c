@@ -150,8 +150,7 @@ static algo_id leaders_algo(gang__pg *p, algo_coll coll, const gang__coll *c) {
 static gang_status run_tcp(gang__pg *p, algo_ctx *a, algo_coll coll,
                            const algo_facts *f, const algo_call *k) {
   algo_id first = gang__algo_select(&p->w->choice, coll, ALGO_PATH_TCP, f), ran;
-  return gang__algo_run_tcp_timed(
-      a, coll, first, gang__algo_rival(&p->w->choice, coll, f, first), k, &ran);
+  return gang__algo_run_tcp_timed(a, &p->w->choice, coll, f, first, k, &ran);
 }
 
 bool gang__pg_hier_has(const pg_hier *h, gang__coll_kind kind) {

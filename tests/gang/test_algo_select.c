@@ -339,10 +339,11 @@ static void test_two_level_model(void **state) {
                    ALGO_HIER);
 }
 
-/* Close calls (tcp_timed.c): from 64 KiB, three members and more, the
- * algorithm the model compares with the chosen one where it prices it
- * within 2x; nothing where it is far, forced, or without a model. */
-static void test_close_calls(void **state) {
+/* Contests (tcp_timed.c): from 64 KiB, three members and more, the
+ * cheapest other algorithm the model compares with the chosen one, and
+ * whether it prices it within 2x (a close call, timed at once); none
+ * below 64 KiB, forced, between two members or without a model. */
+static void test_contests(void **state) {
   (void)state;
   /* 8 hosts, 630 us one way-ish, 0.38 GB/s each at once: 256 KiB blocks
    * of all_gather cost Bruck 3 alpha + 7 n beta + 8 n copy = 6.93 ms and
@@ -352,42 +353,49 @@ static void test_close_calls(void **state) {
                   .size = 8,
                   .alpha_ns = 630000,
                   .beta_ns = 2.63};
+  bool close = false;
   algo_id a = gang__algo_select(NULL, ALGO_ALL_GATHER, ALGO_PATH_TCP, &f);
   assert_int_equal(a, ALGO_TCP_BRUCK);
-  assert_int_equal(gang__algo_rival(NULL, ALGO_ALL_GATHER, &f, a),
+  assert_int_equal(gang__algo_rival(NULL, ALGO_ALL_GATHER, &f, a, &close),
                    ALGO_TCP_RING);
+  assert_true(close);
   /* The ring priced 1.33x Bruck; at 64 KiB 1.8x, still close; with 2 ms
-   * of alpha 2.1x: too far to time. */
+   * of alpha 2.1x: a contest, not a close call. */
   f.bytes = 64 * 1024;
   f.count = 16384;
   a = gang__algo_select(NULL, ALGO_ALL_GATHER, ALGO_PATH_TCP, &f);
   assert_int_equal(a, ALGO_TCP_BRUCK);
-  assert_int_equal(gang__algo_rival(NULL, ALGO_ALL_GATHER, &f, a),
+  assert_int_equal(gang__algo_rival(NULL, ALGO_ALL_GATHER, &f, a, &close),
                    ALGO_TCP_RING);
+  assert_true(close);
   f.alpha_ns = 2000000;
   assert_true(gang__algo_cost(ALGO_ALL_GATHER, ALGO_TCP_RING, &f) >
               GANG__ALGO_CLOSE * gang__algo_cost(ALGO_ALL_GATHER, a, &f));
-  assert_int_equal(gang__algo_rival(NULL, ALGO_ALL_GATHER, &f, a), ALGO_AUTO);
-  /* Below 64 KiB nothing is timed, however close. */
+  assert_int_equal(gang__algo_rival(NULL, ALGO_ALL_GATHER, &f, a, &close),
+                   ALGO_TCP_RING);
+  assert_false(close);
+  /* Below 64 KiB no contest, however close. */
   f.alpha_ns = 1000;
   f.bytes = 64 * 1024 - 4;
   f.count = f.bytes / 4;
   a = gang__algo_select(NULL, ALGO_ALL_GATHER, ALGO_PATH_TCP, &f);
-  assert_int_equal(gang__algo_rival(NULL, ALGO_ALL_GATHER, &f, a), ALGO_AUTO);
+  assert_int_equal(gang__algo_rival(NULL, ALGO_ALL_GATHER, &f, a, &close),
+                   ALGO_AUTO);
+  assert_false(close);
   /* reduce_scatter, all_reduce: the same rule. */
   f.alpha_ns = 630000;
   f.bytes = 256 * 1024;
   f.count = 65536;
   a = gang__algo_select(NULL, ALGO_REDUCE_SCATTER, ALGO_PATH_TCP, &f);
-  algo_id b = gang__algo_rival(NULL, ALGO_REDUCE_SCATTER, &f, a);
+  algo_id b = gang__algo_rival(NULL, ALGO_REDUCE_SCATTER, &f, a, &close);
   assert_true(b == ALGO_TCP_RING || b == ALGO_TCP_HALVING);
-  assert_true(b != a);
+  assert_true(b != a && close);
   assert_true(gang__algo_cost(ALGO_REDUCE_SCATTER, b, &f) <=
               GANG__ALGO_CLOSE * gang__algo_cost(ALGO_REDUCE_SCATTER, a, &f));
   f.bytes = 2 * 1024 * 1024;
   f.count = f.bytes / 4;
   a = gang__algo_select(NULL, ALGO_ALL_REDUCE, ALGO_PATH_TCP, &f);
-  b = gang__algo_rival(NULL, ALGO_ALL_REDUCE, &f, a);
+  b = gang__algo_rival(NULL, ALGO_ALL_REDUCE, &f, a, &close);
   assert_true(b != ALGO_AUTO && b != a);
   /* Forced by GANG_ALGO, or two members (measured apart), or no model:
    * the table's choice runs. */
@@ -395,16 +403,18 @@ static void test_close_calls(void **state) {
   assert_int_equal(gang__algo_choice_parse("all_reduce=ring", &forced),
                    GANG_OK);
   assert_int_equal(
-      gang__algo_rival(&forced, ALGO_ALL_REDUCE, &f, ALGO_TCP_RING), ALGO_AUTO);
+      gang__algo_rival(&forced, ALGO_ALL_REDUCE, &f, ALGO_TCP_RING, &close),
+      ALGO_AUTO);
   f.size = 2;
-  assert_int_equal(gang__algo_rival(NULL, ALGO_ALL_REDUCE, &f, a), ALGO_AUTO);
+  assert_int_equal(gang__algo_rival(NULL, ALGO_ALL_REDUCE, &f, a, &close),
+                   ALGO_AUTO);
   f.size = 8;
   f.alpha_ns = f.beta_ns = 0;
-  assert_int_equal(gang__algo_rival(NULL, ALGO_ALL_REDUCE, &f, a), ALGO_AUTO);
+  assert_int_equal(gang__algo_rival(NULL, ALGO_ALL_REDUCE, &f, a, &close),
+                   ALGO_AUTO);
   /* The two paths: 2 hosts of 2 with the default link, all_gather of 64
-   * KiB blocks in two levels 180 us against flat TCP's 213: close; the
-   * form is named even where not close (below 64 KiB) or where the
-   * model prices it above flat; forced, nothing. */
+   * KiB blocks in two levels 180 us against flat TCP's 213: close; far
+   * hosts, a contest but not close; below 64 KiB or forced, none. */
   algo_facts h = {.bytes = 64 * 1024,
                   .count = 16384,
                   .size = 4,
@@ -412,32 +422,86 @@ static void test_close_calls(void **state) {
                   .beta_ns = 0.93,
                   .hosts = 2,
                   .per_host = 2};
-  bool close = false;
   assert_int_equal(gang__algo_two_level(NULL, ALGO_ALL_GATHER, &h, &close),
                    ALGO_HIER);
   assert_true(close);
+  h.alpha_ns = 2000000; /* two levels 2.17 ms, flat 4.39 */
+  assert_int_equal(gang__algo_two_level(NULL, ALGO_ALL_GATHER, &h, &close),
+                   ALGO_HIER);
+  assert_false(close);
+  h.alpha_ns = 10000;
   h.bytes = 1024;
   h.count = 256;
   assert_int_equal(gang__algo_two_level(NULL, ALGO_ALL_GATHER, &h, &close),
-                   ALGO_HIER);
-  assert_false(close);
+                   ALGO_AUTO);
   h.bytes = 64 * 1024;
   h.count = 16384;
-  h.alpha_ns = 2000000; /* far hosts: two levels 2.17 ms, flat 4.39 */
-  assert_int_equal(gang__algo_two_level(NULL, ALGO_ALL_GATHER, &h, &close),
-                   ALGO_HIER);
-  assert_false(close);
   algo_choice ring;
   assert_int_equal(gang__algo_choice_parse("all_gather=ring", &ring), GANG_OK);
-  h.alpha_ns = 10000;
   assert_int_equal(gang__algo_two_level(&ring, ALGO_ALL_GATHER, &h, &close),
                    ALGO_AUTO);
   assert_false(close);
-  /* Broadcast's tree is not chosen by the model: never timed. */
+  /* Broadcast's tree is not chosen by the model: no contest. */
   f.alpha_ns = 630000;
   f.beta_ns = 2.63;
   assert_int_equal(
-      gang__algo_rival(NULL, ALGO_BROADCAST, &f, ALGO_TCP_BINOMIAL), ALGO_AUTO);
+      gang__algo_rival(NULL, ALGO_BROADCAST, &f, ALGO_TCP_BINOMIAL, &close),
+      ALGO_AUTO);
+}
+
+/* A contest's steps (algo_contest), one member (the agreement is its
+ * own medians): the model's choice runs its trial calls, holds where its
+ * slowest median is within 2x of its price, and otherwise gives way to
+ * timing both; a close call is timed from the first call. */
+static int contest_call(algo_ctx *a, algo_contest *t, double ms) {
+  int way = -1;
+  assert_int_equal(gang__algo_contest_way(a, t, &way), GANG_OK);
+  gang__algo_contest_done(t, way, (int64_t)(ms * 1e6));
+  return way;
+}
+
+static void test_contest_steps(void **state) {
+  (void)state;
+  algo_ctx a = {.size = 1, .rank = 0, .what = "test"};
+  gang__way_book b;
+  uint8_t st = 0;
+  memset(&b, 0, sizeof b);
+  /* 1 MiB priced 1 ms by way 1; it takes 1.5: holds. */
+  algo_contest t = {.book = &b,
+                    .state = &st,
+                    .k = 4,
+                    .chosen = 1,
+                    .price_ns = 1e6,
+                    .bytes = 1 << 20,
+                    .tags = 0};
+  for (int i = 0; i < GANG__WAY_SAMPLES + 1; i++)
+    assert_int_equal(contest_call(&a, &t, 1.5), 1);
+  assert_int_equal(st, 0);
+  assert_int_equal(contest_call(&a, &t, 1.5), 1); /* the proof */
+  assert_int_equal(t.agreed, 1);
+  assert_int_equal(st, 1);
+  for (int i = 0; i < 300; i++)
+    assert_int_equal(contest_call(&a, &t, 1.5), 1);
+  /* It takes 2.5: timed against way 0, which wins at 1 ms. */
+  memset(&b, 0, sizeof b);
+  st = 0;
+  for (int i = 0; i < GANG__WAY_SAMPLES + 1; i++)
+    assert_int_equal(contest_call(&a, &t, 2.5), 1);
+  int way = -1;
+  assert_int_equal(gang__algo_contest_way(&a, &t, &way), GANG_OK);
+  assert_int_equal(st, 2);
+  assert_int_equal(way, 0); /* the other's trials */
+  gang__algo_contest_done(&t, way, 1000000);
+  for (int i = 0; i < GANG__WAY_SAMPLES; i++)
+    assert_int_equal(contest_call(&a, &t, 1.0), 0);
+  assert_int_equal(contest_call(&a, &t, 1.0), 0); /* agreed: way 0 */
+  assert_int_equal(t.agreed, 2);
+  /* A close call: both ways' trials from the first call. */
+  memset(&b, 0, sizeof b);
+  st = 0;
+  t.close = true;
+  assert_int_equal(contest_call(&a, &t, 1.0), 0);
+  assert_int_equal(st, 2);
 }
 
 int main(void) {
@@ -446,7 +510,8 @@ int main(void) {
       GT_TEST(test_alltoall_measured_when_over),
       GT_TEST(test_link_model),
       GT_TEST(test_two_level_model),
-      GT_TEST(test_close_calls),
+      GT_TEST(test_contests),
+      GT_TEST(test_contest_steps),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
