@@ -612,10 +612,11 @@ static int close_rank(int rank, int size, void *arg) {
   return 0;
 }
 
-/* The two paths' close calls (pg_exec.c): 2 hosts of 2 ranks here
+/* The two paths' contest (pg_exec.c): 2 hosts of 2 ranks here
  * (GANG_HOST_ID), where the default link model prices the two-level
- * all_gather of 64 KiB blocks within 2x of flat TCP: both paths run,
- * agreed on by every member, with every result right. */
+ * all_gather of 64 KiB blocks within 2x of flat TCP, a close call: both
+ * paths run, agreed on by every member, with every result right (by
+ * hand: run_all_gather's check refuses the two-level path). */
 static int paths_rank(int rank, int size, void *arg) {
   (void)arg;
   char host[16];
