@@ -26,7 +26,7 @@ typedef struct algo_timed {
 
 /* One call's part in a contest between two ways (tcp_timed.c): the
  * model's choice (`chosen`, way 0 or 1) runs until its times are in, and
- * if the slowest member's median took more than GANG__ALGO_CLOSE times
+ * if the slowest member's median took more than GANG__ALGO_HOLDS times
  * its price the two are timed against each other from then on, as a
  * close call is from the start. *state is the class's: 0 the model's
  * choice on trial, 1 it held, 2 timed. */

@@ -138,9 +138,12 @@ void gang__algo_model_print(FILE *f, double alpha_ns, double beta_ns);
  * algorithm the model compares (ALGO_AUTO: none, or no contest), and
  * *close where the model prices it within GANG__ALGO_CLOSE times chosen's
  * price. A close call is timed from its first calls; another, once the
- * chosen algorithm took more than GANG__ALGO_CLOSE times its price. */
+ * chosen algorithm took more than GANG__ALGO_HOLDS times its price. */
 #define GANG__ALGO_TIMED_FROM ((size_t)64 << 10)
 #define GANG__ALGO_CLOSE 2.0
+/* The model's choice holds its trial where its slowest member's median
+ * is within this of its price (the model's own aim). */
+#define GANG__ALGO_HOLDS 1.25
 algo_id gang__algo_rival(const algo_choice *choice, algo_coll coll,
                          const algo_facts *facts, algo_id chosen, bool *close);
 

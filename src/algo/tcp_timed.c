@@ -1,10 +1,11 @@
 /* Contests over TCP: the link model's choice on trial against its
  * cheapest rival (select.h's gang__algo_rival). The choice runs until its
  * times are in; where its slowest member's median took more than
- * GANG__ALGO_CLOSE times its price, or where the model prices the two
+ * GANG__ALGO_HOLDS times its price, or where the model prices the two
  * within GANG__ALGO_CLOSE of each other (a close call, timed at once),
  * the members time both and take the faster (core/way.h keeps the times
- * and says when to try which).
+ * and says when to try which; a way that lost by more than
+ * GANG__ALGO_CLOSE is not retried).
  *
  * The model prices a byte alike in every message, but a network need not
  * move it so: across 8 hosts of the cluster in a box at 500 us one way
@@ -89,7 +90,7 @@ gang_status gang__algo_contest_way(algo_ctx *a, algo_contest *t, int *way) {
     GANG_CHECK(gang__algo_timed_agree(a, b, k, t->tags, t->slow, &ignored));
     double priced = t->price_ns / ((double)t->bytes / 1048576.0);
     *t->state =
-        t->price_ns > 0 && t->slow[t->chosen] > GANG__ALGO_CLOSE * priced ? 2
+        t->price_ns > 0 && t->slow[t->chosen] > GANG__ALGO_HOLDS * priced ? 2
                                                                           : 1;
     t->agreed = 1;
   }
@@ -103,6 +104,9 @@ gang_status gang__algo_contest_way(algo_ctx *a, algo_contest *t, int *way) {
     if (b->agreed[k] != *way + 1) /* a line per change, not per call */
       t->agreed = 2;
     gang__way_set_agreed(b, k, *way);
+    /* A way more than GANG__ALGO_CLOSE times slower is not retried: two
+     * calls in 128 of it would cost more than the choice can gain. */
+    b->settled[k] = t->slow[1 - *way] > GANG__ALGO_CLOSE * t->slow[*way];
   }
   return GANG_OK;
 }

@@ -48,7 +48,7 @@ int gang__way_due(const gang__way_book *b, int k) {
     return 1;
   if (b->agreed[k] == 0 || phase == 0)
     return -1;
-  if (phase >= GANG__WAY_RETRY - 2)
+  if (phase >= GANG__WAY_RETRY - 2 && !b->settled[k])
     return 1 - (b->agreed[k] - 1); /* the other way, again */
   return b->agreed[k] - 1;
 }
@@ -59,7 +59,7 @@ void gang__way_set_agreed(gang__way_book *b, int k, int way) {
 
 void gang__way_forget(gang__way_book *b, int k) {
   b->n[k][0] = b->n[k][1] = 0;
-  b->prev[k] = b->agreed[k] = 0;
+  b->prev[k] = b->agreed[k] = b->settled[k] = 0;
   b->class_calls[k] = 0;
 }
 

@@ -41,6 +41,9 @@ typedef struct gang__way_book {
   /* Times of each way kept before the first choice, at most
    * GANG__WAY_SAMPLES (0: GANG__WAY_TRIALS). */
   uint8_t trials;
+  /* Per class, set by the members alike: the agreed way won by so much
+   * that the other is not tried again (no retries). */
+  uint8_t settled[GANG__WAY_CLASSES];
 } gang__way_book;
 
 /* The class of a call of `bytes` where the first class ends below

@@ -451,8 +451,9 @@ static void test_contests(void **state) {
 
 /* A contest's steps (algo_contest), one member (the agreement is its
  * own medians): the model's choice runs its trial calls, holds where its
- * slowest median is within 2x of its price, and otherwise gives way to
- * timing both; a close call is timed from the first call. */
+ * slowest median is within 1.25x of its price, and otherwise gives way to
+ * timing both, the loser retried two calls in 128 unless it lost by more
+ * than 2x; a close call is timed from the first call. */
 static int contest_call(algo_ctx *a, algo_contest *t, double ms) {
   int way = -1;
   assert_int_equal(gang__algo_contest_way(a, t, &way), GANG_OK);
@@ -460,46 +461,62 @@ static int contest_call(algo_ctx *a, algo_contest *t, double ms) {
   return way;
 }
 
-static void test_contest_steps(void **state) {
-  (void)state;
-  algo_ctx a = {.size = 1, .rank = 0, .what = "test"};
+/* The model's way 1, priced 1 ms for 1 MiB, taking `mine`, and way 0
+ * taking `other`: the calls of each way over 400 calls. */
+static void contest_run(algo_ctx *a, double mine, double other, int ran[2],
+                        uint8_t *st) {
   gang__way_book b;
-  uint8_t st = 0;
   memset(&b, 0, sizeof b);
-  /* 1 MiB priced 1 ms by way 1; it takes 1.5: holds. */
+  *st = 0;
   algo_contest t = {.book = &b,
-                    .state = &st,
+                    .state = st,
                     .k = 4,
                     .chosen = 1,
                     .price_ns = 1e6,
                     .bytes = 1 << 20,
                     .tags = 0};
-  for (int i = 0; i < GANG__WAY_SAMPLES + 1; i++)
-    assert_int_equal(contest_call(&a, &t, 1.5), 1);
-  assert_int_equal(st, 0);
-  assert_int_equal(contest_call(&a, &t, 1.5), 1); /* the proof */
-  assert_int_equal(t.agreed, 1);
+  ran[0] = ran[1] = 0;
+  for (int i = 0; i < 400; i++) {
+    int way = -1;
+    assert_int_equal(gang__algo_contest_way(a, &t, &way), GANG_OK);
+    if (i <= GANG__WAY_SAMPLES)
+      assert_int_equal(way, 1); /* the model's choice on trial */
+    gang__algo_contest_done(&t, way, (int64_t)((way ? mine : other) * 1e6));
+    ran[way]++;
+  }
+}
+
+static void test_contest_steps(void **state) {
+  (void)state;
+  algo_ctx a = {.size = 1, .rank = 0, .what = "test"};
+  int ran[2];
+  uint8_t st;
+  /* 1.2 ms against a 1 ms price: holds, way 0 never runs. */
+  contest_run(&a, 1.2, 0.5, ran, &st);
   assert_int_equal(st, 1);
-  for (int i = 0; i < 300; i++)
-    assert_int_equal(contest_call(&a, &t, 1.5), 1);
-  /* It takes 2.5: timed against way 0, which wins at 1 ms. */
-  memset(&b, 0, sizeof b);
-  st = 0;
-  for (int i = 0; i < GANG__WAY_SAMPLES + 1; i++)
-    assert_int_equal(contest_call(&a, &t, 2.5), 1);
-  int way = -1;
-  assert_int_equal(gang__algo_contest_way(&a, &t, &way), GANG_OK);
+  assert_int_equal(ran[0], 0);
+  /* 1.5 ms: fails its trial; way 0 at 1.0 wins, and way 1, within 2x,
+   * is retried: six trial calls plus two in each later 128. */
+  contest_run(&a, 1.5, 1.0, ran, &st);
   assert_int_equal(st, 2);
-  assert_int_equal(way, 0); /* the other's trials */
-  gang__algo_contest_done(&t, way, 1000000);
-  for (int i = 0; i < GANG__WAY_SAMPLES; i++)
-    assert_int_equal(contest_call(&a, &t, 1.0), 0);
-  assert_int_equal(contest_call(&a, &t, 1.0), 0); /* agreed: way 0 */
-  assert_int_equal(t.agreed, 2);
+  assert_true(ran[1] > GANG__WAY_SAMPLES + 1 + 2);
+  assert_true(ran[0] > 300);
+  /* 2.5 ms against 1.0: way 0 wins by more than 2x, no retries: way 1
+   * runs only its trial calls. */
+  contest_run(&a, 2.5, 1.0, ran, &st);
+  assert_int_equal(st, 2);
+  assert_int_equal(ran[1], GANG__WAY_SAMPLES + 1);
   /* A close call: both ways' trials from the first call. */
+  gang__way_book b;
   memset(&b, 0, sizeof b);
   st = 0;
-  t.close = true;
+  algo_contest t = {.book = &b,
+                    .state = &st,
+                    .k = 4,
+                    .chosen = 1,
+                    .close = true,
+                    .price_ns = 1e6,
+                    .bytes = 1 << 20};
   assert_int_equal(contest_call(&a, &t, 1.0), 0);
   assert_int_equal(st, 2);
 }
