@@ -503,11 +503,18 @@ algo_id gang__algo_select(const algo_choice *choice, algo_coll coll,
   return ALGO_AUTO;
 }
 
+size_t gang__algo_moved(algo_coll coll, const algo_facts *f) {
+  bool blocks = coll == ALGO_ALL_GATHER || coll == ALGO_REDUCE_SCATTER;
+  size_t n = blocks && f->size > 0 ? (size_t)f->size : 1;
+  return f->bytes > SIZE_MAX / n ? SIZE_MAX : f->bytes * n;
+}
+
 algo_id gang__algo_rival(const algo_choice *choice, algo_coll coll,
                          const algo_facts *f, algo_id chosen, bool *close) {
   *close = false;
   if ((choice != NULL && choice->forced[coll] != ALGO_AUTO) ||
-      f->alpha_ns <= 0 || f->bytes < GANG__ALGO_TIMED_FROM || f->size < 3)
+      f->alpha_ns <= 0 || gang__algo_moved(coll, f) < GANG__ALGO_TIMED_FROM ||
+      f->size < 3)
     return ALGO_AUTO;
   /* The rules the model compares, but for the comparison itself. */
   const algo_rule *mine = NULL;
@@ -541,7 +548,8 @@ algo_id gang__algo_two_level(const algo_choice *choice, algo_coll coll,
                              const algo_facts *f, bool *close) {
   *close = false;
   if ((choice != NULL && choice->forced[coll] != ALGO_AUTO) ||
-      f->alpha_ns <= 0 || f->bytes < GANG__ALGO_TIMED_FROM || f->size < 3)
+      f->alpha_ns <= 0 || gang__algo_moved(coll, f) < GANG__ALGO_TIMED_FROM ||
+      f->size < 3)
     return ALGO_AUTO;
   algo_id form = ALGO_AUTO;
   for (size_t i = 0; i < NRULES && form == ALGO_AUTO; i++) {

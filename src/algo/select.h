@@ -132,10 +132,15 @@ double gang__algo_cost_path(algo_coll coll, algo_path path,
  * and 64 members (gang-info). */
 void gang__algo_model_print(FILE *f, double alpha_ns, double beta_ns);
 
+/* A call's bytes as the contests count them: the buffer for all_reduce
+ * and broadcast, every member's block for all_gather and reduce_scatter
+ * (what a call moves grows with the members, not with one block). */
+size_t gang__algo_moved(algo_coll coll, const algo_facts *facts);
+
 /* Contests over TCP (src/algo/tcp_timed.c): from GANG__ALGO_TIMED_FROM
- * bytes, among three members or more, coll not forced by GANG_ALGO,
- * where the table chose `chosen` by the link model: the cheapest other
- * algorithm the model compares (ALGO_AUTO: none, or no contest), and
+ * bytes (gang__algo_moved), among three members or more, coll not forced by
+ * GANG_ALGO, where the table chose `chosen` by the link model: the cheapest
+ * other algorithm the model compares (ALGO_AUTO: none, or no contest), and
  * *close where the model prices it within GANG__ALGO_CLOSE times chosen's
  * price. A close call is timed from its first calls; another, once the
  * chosen algorithm took more than GANG__ALGO_HOLDS times its price. */

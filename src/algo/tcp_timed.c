@@ -126,7 +126,7 @@ gang_status gang__algo_run_tcp_timed(algo_ctx *a, const algo_choice *choice,
                       : ALGO_AUTO;
   if (rival == ALGO_AUTO || rival == first)
     return gang__algo_run_tcp(a, coll, first, k);
-  size_t bytes = k->count * gang_dtype_size(k->dtype);
+  size_t bytes = gang__algo_moved(coll, f);
   int c = gang__way_class(GANG__ALGO_TIMED_FROM, bytes);
   algo_id pair[2] = {first < rival ? first : rival,
                      first < rival ? rival : first};

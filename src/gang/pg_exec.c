@@ -141,7 +141,8 @@ static gang_status paths_timed(gang_t *g, gang_work *w, algo_coll coll,
                                algo_id form, algo_id two, bool close,
                                const algo_facts *f, algo_ctx *t) {
   gang__pg *p = g->impl;
-  int k = gang__way_class(GANG__ALGO_TIMED_FROM, f->bytes);
+  size_t bytes = gang__algo_moved(coll, f);
+  int k = gang__way_class(GANG__ALGO_TIMED_FROM, bytes);
   uint8_t *kept = p->timed_paths.pair[coll][k];
   algo_contest c = {.book = &p->timed_paths.book[coll],
                     .state = &p->timed_paths.state[coll][k],
@@ -152,7 +153,7 @@ static gang_status paths_timed(gang_t *g, gang_work *w, algo_coll coll,
                         two != ALGO_AUTO
                             ? gang__algo_cost(coll, form, f)
                             : gang__algo_cost_path(coll, ALGO_PATH_TCP, f),
-                    .bytes = f->bytes,
+                    .bytes = bytes,
                     .tags = GANG__ALGO_PATHS_TAGS};
   if (kept[0] != form + 1 || kept[1] != c.chosen + 1) {
     gang__way_forget(c.book, k); /* the rails' form or the leaders', or
@@ -176,7 +177,7 @@ static gang_status paths_timed(gang_t *g, gang_work *w, algo_coll coll,
                             : gang__algo_name(form),
               gang__algo_name(form), c.slow[0] / 1e3, c.slow[1] / 1e3,
               c.chosen ? "flat TCP" : gang__algo_name(form),
-              c.price_ns / ((double)f->bytes / 1048576.0) / 1e3);
+              c.price_ns / ((double)bytes / 1048576.0) / 1e3);
   gang_status st = GANG_OK;
   if (way == 1)
     st = run_flat(g, w, coll, f, t);

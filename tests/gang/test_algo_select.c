@@ -374,14 +374,28 @@ static void test_contests(void **state) {
   assert_int_equal(gang__algo_rival(NULL, ALGO_ALL_GATHER, &f, a, &close),
                    ALGO_TCP_RING);
   assert_false(close);
-  /* Below 64 KiB no contest, however close. */
+  /* Below 64 KiB moved no contest, however close: all_gather counts
+   * every member's block (8 KiB blocks of 8 members contest, 4 KiB
+   * ones do not), all_reduce the buffer. */
   f.alpha_ns = 1000;
-  f.bytes = 64 * 1024 - 4;
+  f.bytes = 8 * 1024;
+  f.count = f.bytes / 4;
+  assert_true(gang__algo_moved(ALGO_ALL_GATHER, &f) == 64 * 1024);
+  a = gang__algo_select(NULL, ALGO_ALL_GATHER, ALGO_PATH_TCP, &f);
+  assert_true(gang__algo_rival(NULL, ALGO_ALL_GATHER, &f, a, &close) !=
+              ALGO_AUTO);
+  f.bytes = 8 * 1024 - 4;
   f.count = f.bytes / 4;
   a = gang__algo_select(NULL, ALGO_ALL_GATHER, ALGO_PATH_TCP, &f);
   assert_int_equal(gang__algo_rival(NULL, ALGO_ALL_GATHER, &f, a, &close),
                    ALGO_AUTO);
   assert_false(close);
+  f.bytes = 64 * 1024 - 4;
+  f.count = f.bytes / 4;
+  assert_true(gang__algo_moved(ALGO_ALL_REDUCE, &f) == f.bytes);
+  a = gang__algo_select(NULL, ALGO_ALL_REDUCE, ALGO_PATH_TCP, &f);
+  assert_int_equal(gang__algo_rival(NULL, ALGO_ALL_REDUCE, &f, a, &close),
+                   ALGO_AUTO);
   /* reduce_scatter, all_reduce: the same rule. */
   f.alpha_ns = 630000;
   f.bytes = 256 * 1024;
