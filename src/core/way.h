@@ -4,9 +4,10 @@
  * choosing between staged chunks and single copy (src/algo/shm_way.c),
  * two TCP members choosing between recursive doubling and
  * halving-doubling for all_reduce (src/algo/allreduce_measured.c), and
- * TCP members choosing between two algorithms the link model prices
- * alike (src/algo/tcp_timed.c). How the members agree on a choice is
- * theirs; what they time and when they try the other way is here.
+ * TCP members timing the link model's choice against its rival where it
+ * misses its price or the two are priced alike (src/algo/tcp_timed.c).
+ * How the members agree on a choice is theirs; what they time and when
+ * they try the other way is here.
  *
  * Calls fall in size classes (the kind's first class, then each doubling,
  * the last holding everything above). Per class and way the record keeps
