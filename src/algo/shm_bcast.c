@@ -3,6 +3,12 @@
  *   small (≤ 1 KiB): the root's step line (≤ 40 bytes) or small slot of
  *     the step carries the data; the root may run up to GANG_SHM_LINES - 1
  *     broadcasts ahead of its slowest reader.
+ *   slotted (up to an eighth of a staging buffer): the root copies it
+ *     into its slot of the step; the root may run up to GANG_SHM_LINES - 1
+ *     broadcasts ahead of its slowest reader, as a small one. Back-to-back
+ *     4 KiB broadcasts in a host's part of 4 hosts x 2 (500 us one way,
+ *     8 ranks on 2 CPUs) took 7-17 us per call this way, 14-162 us
+ *     staged, where each call waits for the reader of the last one.
  *   staged: per chunk, the root stages it and publishes; each other member
  *     copies it out and publishes. The root waits for everyone only before
  *     reusing a buffer, so it runs at most one chunk ahead of the slowest
@@ -70,8 +76,28 @@ static gang_status bcast_single_copy(gang__shm_chan *c, void *buf, size_t bytes,
   return GANG_OK;
 }
 
+/* One step through the root's slot of its staging buffer (rule 1'' of
+ * shm.h): like a small broadcast, the root runs up to GANG_SHM_LINES - 1
+ * steps ahead of its slowest reader instead of one. */
+static gang_status bcast_slotted(gang__shm_chan *c, void *buf, size_t bytes,
+                                 int root) {
+  uint64_t t = ++c->step;
+  if (c->rank == root) {
+    GANG_CHECK(gang__shm_begin_slot(c, t));
+    memcpy(gang__shm_slot_of(c, root, t), buf, bytes);
+  } else {
+    gang__shm_note_lean(c, t);
+    GANG_CHECK(gang__shm_wait(c, root, t));
+    memcpy(buf, gang__shm_slot_of(c, root, t), bytes);
+  }
+  gang__shm_publish(c, t);
+  return GANG_OK;
+}
+
 static gang_status bcast_staged(gang__shm_chan *c, void *buf, size_t bytes,
                                 int root) {
+  if (bytes <= c->chunk / GANG_SHM_SLOTS)
+    return bcast_slotted(c, buf, bytes, root);
   unsigned char *b = buf;
   for (size_t done = 0; done < bytes; done += c->chunk) {
     size_t n = bytes - done < c->chunk ? bytes - done : c->chunk;

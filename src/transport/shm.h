@@ -17,6 +17,12 @@
  *   1'. a step that writes nothing but its line or small slot begins once
  *      every member has published t - GANG_SHM_LINES + 1
  *      (gang__shm_begin_line), so small steps need not run in lockstep;
+ *   1''. a step that writes only its slot of a staging buffer (an eighth
+ *      of the buffer of t's parity, slot (t >> 1) & 7) begins once every
+ *      member has published t - GANG_SHM_LINES + 1 and has read the last
+ *      step of t's parity that may have written the whole buffer
+ *      (gang__shm_begin_slot): so a root of mid-sized broadcasts runs as
+ *      far ahead as a small one;
  *   2. a member finishes reading step t's data before it publishes t+1.
  * So members are never GANG_SHM_LINES or more steps apart, and a step's
  * line holds that step while anyone waits for it.
@@ -130,11 +136,14 @@ typedef struct gang__shm_ctl {
 /* One gang's view of its channel. */
 typedef struct gang__shm_chan {
   gang__shm *arena;
-  int slot;                /* directory entry */
-  int rank, size;          /* in the gang */
-  uint64_t step;           /* steps this member has published */
-  uint64_t synced;         /* every member is known to have published this */
-  size_t chunk;            /* bytes per staging buffer */
+  int slot;        /* directory entry */
+  int rank, size;  /* in the gang */
+  uint64_t step;   /* steps this member has published */
+  uint64_t synced; /* every member is known to have published this */
+  size_t chunk;    /* bytes per staging buffer */
+  /* Rule 1'': the last step this member knows wrote no staging buffer
+   * (slotted, or lines only) and the last that may have (0: none). */
+  uint64_t lean_last, bulk_last;
   bool cma;                /* single-copy reads allowed */
   bool oversubscribed;     /* more local ranks than CPUs: spin little */
   bool cma_oversubscribed; /* ... and single copy anyway (GANG_SHM_CMA=1) */
@@ -312,12 +321,45 @@ static inline gang_status gang__shm_begin(gang__shm_chan *c, uint64_t t) {
   return gang__shm_reach_all(c, t - 1);
 }
 
+/* Counts step t as one that writes no whole staging buffer; every step
+ * between the last such and t may have. */
+static inline void gang__shm_note_lean(gang__shm_chan *c, uint64_t t) {
+  if (c->lean_last + 1 != t)
+    c->bulk_last = t - 1;
+  c->lean_last = t;
+}
+
 /* Starts step t that writes nothing but this member's step line or small
  * slot: those are reused every GANG_SHM_LINES steps, so every member must
  * have published t - GANG_SHM_LINES + 1. */
 static inline gang_status gang__shm_begin_line(gang__shm_chan *c, uint64_t t) {
+  gang__shm_note_lean(c, t);
   return gang__shm_reach_all(c,
                              t < GANG_SHM_LINES ? 0 : t - GANG_SHM_LINES + 1);
+}
+
+/* Slots per staging buffer for slotted steps (rule 1''): a step's data
+ * fits one when it is at most chunk / GANG_SHM_SLOTS bytes. */
+#define GANG_SHM_SLOTS 8
+
+/* Member's slot of slotted step t. */
+static inline unsigned char *gang__shm_slot_of(gang__shm_chan *c, int member,
+                                               uint64_t t) {
+  return c->stage[member] + (t & 1) * c->chunk +
+         ((t >> 1) & (GANG_SHM_SLOTS - 1)) * (c->chunk / GANG_SHM_SLOTS);
+}
+
+/* Starts slotted step t (rule 1''). Step b, the last that may have
+ * written a whole buffer: if it has t's parity every member must have
+ * published b + 1, after reading it; if not, b, after reading b - 1.
+ * Step t - GANG_SHM_LINES used the same slot and line. */
+static inline gang_status gang__shm_begin_slot(gang__shm_chan *c, uint64_t t) {
+  gang__shm_note_lean(c, t);
+  uint64_t b = c->bulk_last,
+           need = t < GANG_SHM_LINES ? 0 : t - GANG_SHM_LINES + 1;
+  if (b != 0 && need < b + ((b & 1) == (t & 1)))
+    need = b + ((b & 1) == (t & 1));
+  return gang__shm_reach_all(c, need);
 }
 
 /* Where member's data of step t lives when `bytes` fits a step line or a

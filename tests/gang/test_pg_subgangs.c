@@ -1,6 +1,8 @@
 /* Sub-gangs share the world's connections: creating 100 of them opens no
  * socket, and collectives on different gangs run concurrently from
- * different threads (each thread may end up driving the other's I/O). */
+ * different threads (each thread may end up driving the other's I/O).
+ * Members that run ahead of the others: a root that left before a member
+ * attached, a broadcast root ahead of its readers. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -374,12 +376,90 @@ static void test_member_attaching_after_root_left(void **state) {
   run_with_store(2, late_member_rank);
 }
 
+/* The root of mid-sized broadcasts (a slot of a staging buffer each) runs
+ * ahead of its readers as a small one does: rank 0 sends twelve of 4 KiB
+ * before the others start to read (a root that waits for its readers times
+ * out here), and they find every one. Then broadcasts from every root and
+ * of every way (small, slotted, staged, single copy), all_reduces that
+ * write whole buffers and all_gathers run back to back in an order every
+ * rank draws alike, and every result is checked. */
+#define AHEAD_CALLS 12
+#define AHEAD_COUNT 1024
+
+static int32_t ahead_value(int call, int root, size_t j) {
+  return call * 100003 + root * 1009 + (int32_t)j;
+}
+
+static int ahead_rank(int rank, int size, void *arg) {
+  (void)arg;
+  gang_t *g = NULL;
+  RCHECK_OK(join(rank, size, "ahead", 5000, &g));
+  gang_store *st = NULL;
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d/ahead-sync", g_port);
+  RCHECK_OK(gang_store_connect(addr, NULL, &st));
+  static int32_t v[20000], w[3 * 20000];
+  if (rank != 0) {
+    void *got = NULL;
+    size_t n = 0;
+    RCHECK_OK(gang_store_get(st, "sent", &got, &n));
+    gang_store_free(got);
+  }
+  for (int i = 0; i < AHEAD_CALLS; i++) {
+    for (size_t j = 0; j < AHEAD_COUNT; j++)
+      v[j] = rank == 0 ? ahead_value(i, 0, j) : -1;
+    RCHECK_OK(gang_broadcast(g, v, AHEAD_COUNT, GANG_INT32, 0));
+    for (size_t j = 0; j < AHEAD_COUNT; j++)
+      RCHECK(v[j] == ahead_value(i, 0, j));
+  }
+  if (rank == 0)
+    RCHECK_OK(gang_store_set(st, "sent", "1", 1));
+  static const size_t counts[] = {2, 1024, 3072, 10240, 20000};
+  uint64_t draw = 0x243f6a8885a308d3ull;
+  for (int i = 0; i < 300; i++) {
+    draw = draw * 6364136223846793005ull + 1442695040888963407ull;
+    int what = (int)(draw >> 60) % 4, root = (int)(draw >> 40) % size;
+    size_t count = counts[(draw >> 20) % 5];
+    if (what < 2) {
+      for (size_t j = 0; j < count; j++)
+        v[j] = rank == root ? ahead_value(i, root, j) : -1;
+      RCHECK_OK(gang_broadcast(g, v, count, GANG_INT32, root));
+      for (size_t j = 0; j < count; j++)
+        RCHECK(v[j] == ahead_value(i, root, j));
+    } else if (what == 2) {
+      for (size_t j = 0; j < count; j++)
+        v[j] = ahead_value(i, rank, j);
+      RCHECK_OK(gang_all_reduce(g, v, count, GANG_INT32, GANG_MAX));
+      for (size_t j = 0; j < count; j++)
+        RCHECK(v[j] == ahead_value(i, size - 1, j));
+    } else {
+      count = count > 10240 ? 10240 : count;
+      for (size_t j = 0; j < count; j++)
+        v[j] = ahead_value(i, rank, j);
+      RCHECK_OK(gang_all_gather(g, w, v, count, GANG_INT32));
+      for (int m = 0; m < size; m++)
+        for (size_t j = 0; j < count; j++)
+          RCHECK(w[(size_t)m * count + j] == ahead_value(i, m, j));
+    }
+  }
+  RCHECK_OK(gang_barrier(g));
+  gang_store_close(st);
+  gang_destroy(g);
+  return 0;
+}
+
+static void test_broadcast_root_runs_ahead(void **state) {
+  (void)state;
+  run_with_store(3, ahead_rank);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       GT_TEST(test_subgangs_share_connections),
       GT_TEST(test_paced_exchanges_of_two_gangs),
       GT_TEST(test_blocking_call_after_posted_works),
       GT_TEST(test_paced_mixed_load),
-      GT_TEST(test_member_attaching_after_root_left)};
+      GT_TEST(test_member_attaching_after_root_left),
+      GT_TEST(test_broadcast_root_runs_ahead)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
