@@ -13,6 +13,23 @@
 /* The measured ways of all_gather and reduce_scatter with more members
  * than CPUs: taken up to two members per CPU, staging beyond (the
  * agreeing step's round of context switches costs more there). */
+/* Two members' broadcast: a slotted step below 32 KiB, whose root runs
+ * ahead; staged or two ends, measured, to 64 KiB; two ends from there. */
+static void test_two_members_broadcast(void **state) {
+  (void)state;
+  algo_facts f = {.bytes = 16 * 1024, .count = 4096, .size = 2, .cma = true};
+  assert_int_equal(gang__algo_select(NULL, ALGO_BROADCAST, ALGO_PATH_SHM, &f),
+                   ALGO_SHM_STAGED);
+  f.bytes = 32 * 1024;
+  f.count = 8192;
+  assert_int_equal(gang__algo_select(NULL, ALGO_BROADCAST, ALGO_PATH_SHM, &f),
+                   ALGO_SHM_MEASURED);
+  f.bytes = 64 * 1024;
+  f.count = 16384;
+  assert_int_equal(gang__algo_select(NULL, ALGO_BROADCAST, ALGO_PATH_SHM, &f),
+                   ALGO_SHM_TWO_ENDS);
+}
+
 static void test_measured_when_crowded(void **state) {
   (void)state;
   algo_coll colls[] = {ALGO_ALL_GATHER, ALGO_REDUCE_SCATTER};
@@ -537,6 +554,7 @@ static void test_contest_steps(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
+      GT_TEST(test_two_members_broadcast),
       GT_TEST(test_measured_when_crowded),
       GT_TEST(test_alltoall_measured_when_over),
       GT_TEST(test_link_model),
