@@ -31,6 +31,8 @@ static gang_status bcast_small(gang__shm_chan *c, void *buf, size_t bytes,
     memcpy(gang__shm_slot(c, root, t, bytes), buf, bytes);
     gang__shm_publish(c, t);
   } else {
+    gang__shm_note_lean(c, t); /* so a slotted step of its own after it
+                                  need not wait for everyone */
     GANG_CHECK(gang__shm_wait(c, root, t));
     memcpy(buf, gang__shm_slot(c, root, t, bytes), bytes);
     gang__shm_publish(c, t);

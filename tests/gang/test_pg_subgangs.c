@@ -379,10 +379,12 @@ static void test_member_attaching_after_root_left(void **state) {
 /* The root of mid-sized broadcasts (a slot of a staging buffer each) runs
  * ahead of its readers as a small one does: rank 0 sends twelve of 4 KiB
  * before the others start to read (a root that waits for its readers times
- * out here), and they find every one. Then broadcasts from every root and
- * of every way (small, slotted, staged, single copy), all_reduces that
- * write whole buffers and all_gathers run back to back in an order every
- * rank draws alike, and every result is checked. */
+ * out here, and the readers give up waiting for it), and they find every
+ * one. Then broadcasts from every root, small (8 B), slotted (4 KiB, and
+ * 8000 B of the 8 KiB slots of 64 KiB chunks) and staged in one or two
+ * chunks (12 and 80 KB), all_reduces of up to 80 KB that write whole
+ * buffers and all_gathers run back to back in an order every rank draws
+ * alike, and every result is checked. */
 #define AHEAD_CALLS 12
 #define AHEAD_COUNT 1024
 
@@ -392,12 +394,14 @@ static int32_t ahead_value(int call, int root, size_t j) {
 
 static int ahead_rank(int rank, int size, void *arg) {
   (void)arg;
+  setenv("GANG_SHM_CHUNK", "65536", 1); /* slots of 8 KiB */
   gang_t *g = NULL;
   RCHECK_OK(join(rank, size, "ahead", 5000, &g));
   gang_store *st = NULL;
   char addr[64];
   snprintf(addr, sizeof addr, "127.0.0.1:%d/ahead-sync", g_port);
   RCHECK_OK(gang_store_connect(addr, NULL, &st));
+  RCHECK_OK(gang_store_set_timeout(st, 15000));
   static int32_t v[20000], w[3 * 20000];
   if (rank != 0) {
     void *got = NULL;
@@ -414,9 +418,17 @@ static int ahead_rank(int rank, int size, void *arg) {
   }
   if (rank == 0)
     RCHECK_OK(gang_store_set(st, "sent", "1", 1));
-  static const size_t counts[] = {2, 1024, 3072, 10240, 20000};
-  uint64_t draw = 0x243f6a8885a308d3ull;
+  static const size_t counts[] = {2, 1024, 2000, 3072, 20000};
+  uint64_t draw = 0x243f6a8885a308d3ull,
+           mine = 0x9e3779b97f4a7c15ull * (uint64_t)(rank + 1);
   for (int i = 0; i < 300; i++) {
+    /* Each rank naps now and then on its own draw, so that a root runs
+     * ahead of a reader that is still copying out. */
+    mine = mine * 6364136223846793005ull + 1442695040888963407ull;
+    if ((mine >> 60) < 3) {
+      struct timespec nap = {0, (long)((mine >> 20) % 400000)};
+      nanosleep(&nap, NULL);
+    }
     draw = draw * 6364136223846793005ull + 1442695040888963407ull;
     int what = (int)(draw >> 60) % 4, root = (int)(draw >> 40) % size;
     size_t count = counts[(draw >> 20) % 5];
