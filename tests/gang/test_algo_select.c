@@ -17,17 +17,19 @@
  * ahead; staged or two ends, measured, to 64 KiB; two ends from there. */
 static void test_two_members_broadcast(void **state) {
   (void)state;
-  algo_facts f = {.bytes = 16 * 1024, .count = 4096, .size = 2, .cma = true};
-  assert_int_equal(gang__algo_select(NULL, ALGO_BROADCAST, ALGO_PATH_SHM, &f),
-                   ALGO_SHM_STAGED);
-  f.bytes = 32 * 1024;
-  f.count = 8192;
-  assert_int_equal(gang__algo_select(NULL, ALGO_BROADCAST, ALGO_PATH_SHM, &f),
-                   ALGO_SHM_MEASURED);
-  f.bytes = 64 * 1024;
-  f.count = 16384;
-  assert_int_equal(gang__algo_select(NULL, ALGO_BROADCAST, ALGO_PATH_SHM, &f),
-                   ALGO_SHM_TWO_ENDS);
+  static const struct {
+    size_t kib;
+    algo_id want;
+  } cases[] = {
+      {16, ALGO_SHM_STAGED}, {32, ALGO_SHM_MEASURED}, {64, ALGO_SHM_TWO_ENDS}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    algo_facts f = {.bytes = cases[i].kib * 1024,
+                    .count = cases[i].kib * 256,
+                    .size = 2,
+                    .cma = true};
+    assert_int_equal(gang__algo_select(NULL, ALGO_BROADCAST, ALGO_PATH_SHM, &f),
+                     cases[i].want);
+  }
 }
 
 static void test_measured_when_crowded(void **state) {
