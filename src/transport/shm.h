@@ -341,6 +341,9 @@ static inline gang_status gang__shm_begin_line(gang__shm_chan *c, uint64_t t) {
 /* Slots per staging buffer for slotted steps (rule 1''): a step's data
  * fits one when it is at most chunk / GANG_SHM_SLOTS bytes. */
 #define GANG_SHM_SLOTS 8
+/* A slot comes back with the step line: every GANG_SHM_LINES steps. */
+_Static_assert(2 * GANG_SHM_SLOTS == GANG_SHM_LINES,
+               "slots per buffer must cycle with the step lines");
 
 /* Member's slot of slotted step t. */
 static inline unsigned char *gang__shm_slot_of(gang__shm_chan *c, int member,
