@@ -26,6 +26,14 @@ static gang_status join(int rank, int size, const char *name,
   return gang_create_with_store(&o, addr, rank, size, g);
 }
 
+/* A handle on the test's store under "<name>-sync", for ranks to signal
+ * each other outside the gang. */
+static gang_status sync_store(const char *name, gang_store **st) {
+  char addr[96];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d/%s-sync", g_port, name);
+  return gang_store_connect(addr, NULL, st);
+}
+
 /* Runs `fn` as n ranks against a store server of their own. */
 static void run_with_store(int n, gt_rank_fn fn) {
   gt_store_proc srv = gt_store_proc_start(NULL);
@@ -345,9 +353,7 @@ static int late_member_rank(int rank, int size, void *arg) {
   gang_t *g = NULL;
   RCHECK_OK(join(rank, size, "late-member", 5000, &g));
   gang_store *st = NULL;
-  char addr[64];
-  snprintf(addr, sizeof addr, "127.0.0.1:%d/late-member-sync", g_port);
-  RCHECK_OK(gang_store_connect(addr, NULL, &st));
+  RCHECK_OK(sync_store("late-member", &st));
   int both[2] = {0, 1};
   gang_t *sub = NULL;
   if (rank == 0) {
@@ -398,9 +404,7 @@ static int ahead_rank(int rank, int size, void *arg) {
   gang_t *g = NULL;
   RCHECK_OK(join(rank, size, "ahead", 5000, &g));
   gang_store *st = NULL;
-  char addr[64];
-  snprintf(addr, sizeof addr, "127.0.0.1:%d/ahead-sync", g_port);
-  RCHECK_OK(gang_store_connect(addr, NULL, &st));
+  RCHECK_OK(sync_store("ahead", &st));
   RCHECK_OK(gang_store_set_timeout(st, 15000));
   static int32_t v[20000], w[3 * 20000];
   if (rank != 0) {
