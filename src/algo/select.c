@@ -32,10 +32,10 @@
 /* The cheapest, by the link model, of the collective's rules on the path
  * that carry this flag and can run (ties: the first). */
 #define WHEN_CHEAPEST 256u
-/* Never chosen by the table, only forced (GANG_ALGO): an algorithm that
- * measured slower here than the one the table takes (docs/algorithms.md),
- * kept for the networks its cost formula favours it on. */
-#define ONLY_FORCED 512u
+/* Only where the members are on two hosts or more (algo_facts.spread):
+ * an algorithm that measured slower over one host's loopback than the
+ * one the table takes there (docs/algorithms.md). */
+#define WHEN_SPREAD 512u
 /* The two-level form where the link model prices it at most flat TCP's
  * time for the same gang (or where there is no model). */
 #define WHEN_BEATS_FLAT 1024u
@@ -167,13 +167,17 @@ static const algo_rule rules[] = {
     {ALGO_ALL_REDUCE, ALGO_PATH_TCP, ALGO_TCP_HD, ANY, 0, ANY,
      NEED_COUNT | WHEN_CHEAPEST},
     {ALGO_ALL_REDUCE, ALGO_PATH_TCP, ALGO_TCP_RD, ANY, 0, ANY, 0},
-    /* The binomial tree; scatter-allgather's two copies per link for
-     * large buffers, which its formula prefers from 59-164 KiB, measured
-     * 3-8x slower to 256 KiB and no faster to 16 MiB at 4 and 8 ranks of
-     * this machine (docs/algorithms.md): forced only. */
-    {ALGO_BROADCAST, ALGO_PATH_TCP, ALGO_TCP_BINOMIAL, ANY, 0, ANY, 0},
+    /* The binomial tree, or across hosts scatter-allgather (each link
+     * carries about 2 n where the tree's root sends n lg p times), by the
+     * link model. On one host's loopback scatter-allgather measured 3-8x
+     * slower to 256 KiB and no faster to 16 MiB at 4 and 8 ranks, where a
+     * send is a copy; across 4 hosts at 1 Gbit/s it took a 256 KiB
+     * broadcast in 3.9 ms against the tree's 7.9 (docs/algorithms.md). */
+    {ALGO_BROADCAST, ALGO_PATH_TCP, ALGO_TCP_BINOMIAL, ANY, 0, ANY,
+     WHEN_CHEAPEST},
     {ALGO_BROADCAST, ALGO_PATH_TCP, ALGO_TCP_SAG, ANY, 0, ANY,
-     NEED_COUNT | ONLY_FORCED},
+     NEED_COUNT | WHEN_SPREAD | WHEN_CHEAPEST},
+    {ALGO_BROADCAST, ALGO_PATH_TCP, ALGO_TCP_BINOMIAL, ANY, 0, ANY, 0},
     /* Bruck's lg p steps for small blocks, the ring's p - 1 (each a
      * block, no copy after) for large, by the link model. */
     {ALGO_ALL_GATHER, ALGO_PATH_TCP, ALGO_TCP_BRUCK, ANY, 0, ANY,
@@ -255,14 +259,15 @@ static int ceil_lg(int p) {
 
 /* Whether a's steps cross hosts from every member of a host at once over
  * flat TCP: recursive doubling, halving and Bruck pair each member with
- * one 2^k ranks away, and scatter-allgather's scatter goes the same way,
- * so with consecutive ranks on a host the first steps put per_host
- * messages on each host's link together. The ring's neighbours are on
- * the same host but at its ends, a binomial tree's senders on distinct
- * hosts at each crossing step, and a barrier's messages are empty. */
+ * one 2^k ranks away, so with consecutive ranks on a host the first steps
+ * put per_host messages on each host's link together. The ring's
+ * neighbours are on the same host but at its ends; a binomial tree's
+ * senders, and scatter-allgather's in its scatter (a binomial tree of
+ * halving parts), are on distinct hosts at each crossing step; a
+ * barrier's messages are empty. */
 static bool shares_link(algo_id a) {
   return a == ALGO_TCP_RD || a == ALGO_TCP_HD || a == ALGO_TCP_MEASURED ||
-         a == ALGO_TCP_HALVING || a == ALGO_TCP_BRUCK || a == ALGO_TCP_SAG;
+         a == ALGO_TCP_HALVING || a == ALGO_TCP_BRUCK;
 }
 
 static double hier_cost(algo_coll coll, algo_id a, const algo_facts *f);
@@ -362,6 +367,7 @@ static double rails_cost(const algo_facts *f) {
   along.size = f->hosts;
   along.hosts = along.per_host = 0;
   along.rails = false;
+  along.spread = true; /* one member per host */
   along.bytes = f->bytes / (size_t)l;
   along.count = f->count == SIZE_MAX ? SIZE_MAX : f->count / (size_t)l;
   along.beta_ns = f->beta_ns * l;
@@ -390,6 +396,7 @@ static double hier_cost(algo_coll coll, algo_id a, const algo_facts *f) {
   algo_facts among = *f;
   among.size = h;
   among.hosts = among.per_host = 0;
+  among.spread = true; /* one leader per host */
   switch (coll) {
   case ALGO_BARRIER: /* the host's, the leaders', the host's again */
     return 2 * s + gang__algo_cost_path(coll, ALGO_PATH_TCP, &among);
@@ -446,7 +453,7 @@ static bool cheapest(const algo_rule *r, const algo_facts *f);
 
 static bool preferred(const algo_rule *r, const algo_facts *f) {
   unsigned fl = r->flags;
-  return !(fl & ONLY_FORCED) && f->bytes >= r->min_bytes &&
+  return (!(fl & WHEN_SPREAD) || f->spread) && f->bytes >= r->min_bytes &&
          f->bytes <= r->max_bytes &&
          (!(fl & WHEN_CHEAPEST) || cheapest(r, f)) &&
          (!(fl & WHEN_BEATS_FLAT) || beats_flat(r->coll, r->algo, f)) &&
@@ -677,12 +684,12 @@ static void rule_text(const algo_rule *r, char *buf, size_t cap) {
     ADD("a CPU per member");
   if (fl & WHEN_NOT_CROWDED)
     ADD("at most two members per CPU");
+  if (fl & WHEN_SPREAD)
+    ADD("members on several hosts");
   if (fl & WHEN_CHEAPEST)
     ADD("the cheapest by the link model");
   if (fl & WHEN_BEATS_FLAT)
     ADD("as cheap as flat TCP by the link model");
-  if (fl & ONLY_FORCED)
-    ADD("only when forced (GANG_ALGO)");
 #undef ADD
   if (n == 0)
     snprintf(buf, cap, "otherwise");

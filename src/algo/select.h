@@ -99,6 +99,10 @@ typedef struct algo_facts {
   /* Every host holds per_host members: each local index has a rail, one
    * member per host (the rails' two-level all_reduce can run). */
   bool rails;
+  /* The members on this path are on two hosts or more (a flat gang
+   * across hosts, the leaders of a two-level form, a rail): algorithms
+   * that only pay off across a network may run. */
+  bool spread;
 } algo_facts;
 
 /* GANG_ALGO: a forced algorithm per collective, ALGO_AUTO where none. */

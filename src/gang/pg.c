@@ -72,6 +72,8 @@ gang_status gang__pg_new(pg_world *w, const int *map, int size, int rank,
     return gang__error(GANG_NO_MEMORY, "gang: out of memory");
   }
   memcpy(m, map, sizeof *m * (size_t)size);
+  for (int i = 1; w->hosts != NULL && i < size && !p->spread; i++)
+    p->spread = w->hosts[map[i]] != w->hosts[map[0]];
   atomic_init(&p->last_algo, -1);
   gang_status fst =
       gang__flight_new(w->name, w, map[rank], ctx, rank, size, map, &p->flight);

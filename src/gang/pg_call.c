@@ -69,14 +69,15 @@ void gang__pg_name_p2p(char *out, size_t cap, bool send, int peer, int tag) {
 
 /* The facts of a call over `size` members without shared memory, with
  * the world's link model. */
-algo_facts gang__pg_tcp_facts(const pg_world *w, const gang__coll *c,
-                              int size) {
+algo_facts gang__pg_tcp_facts(const pg_world *w, const gang__coll *c, int size,
+                              bool spread) {
   return (algo_facts){.bytes = c->count * gang_dtype_size(c->dtype),
                       .count = c->count,
                       .size = size,
                       .alpha_ns = w->net_alpha_ns,
                       .beta_ns = w->net_beta_ns,
-                      .beta_one_ns = w->net_beta_one_ns};
+                      .beta_one_ns = w->net_beta_one_ns,
+                      .spread = spread};
 }
 
 void gang__pg_chan_start(gang__shm_chan *ch, gang_t *g, const gang_work *w) {

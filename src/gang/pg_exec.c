@@ -210,7 +210,7 @@ gang_status gang__pg_execute(gang_t *g, gang_work *w) {
       return run_call(g, w, &(path){.ch = p->chan}, a);
     }
   }
-  algo_facts f = gang__pg_tcp_facts(p->w, c, g->size);
+  algo_facts f = gang__pg_tcp_facts(p->w, c, g->size, p->spread);
   if (p->hier != NULL) { /* both paths priced for this gang's hosts */
     f.hosts = p->hier->nhosts;
     f.per_host = p->hier->per_host;

@@ -141,7 +141,7 @@ static algo_id local_algo(gang__pg *p, algo_coll coll, size_t bytes,
 /* The TCP algorithm among the leaders: the table's for nhosts members (a
  * forced one when it can run there). */
 static algo_id leaders_algo(gang__pg *p, algo_coll coll, const gang__coll *c) {
-  algo_facts f = gang__pg_tcp_facts(p->w, c, p->hier->nhosts);
+  algo_facts f = gang__pg_tcp_facts(p->w, c, p->hier->nhosts, true);
   return gang__algo_select(&p->w->choice, coll, ALGO_PATH_TCP, &f);
 }
 
@@ -185,7 +185,7 @@ static gang_status rails_all_reduce(gang_t *g, gang_work *w, algo_ctx *r,
   along.out = mine;
   along.in = mine;
   along.count = part;
-  algo_facts f = gang__pg_tcp_facts(p->w, &w->coll, h->nhosts);
+  algo_facts f = gang__pg_tcp_facts(p->w, &w->coll, h->nhosts, true);
   f.bytes = part * es;
   f.count = part;
   f.beta_ns *= per; /* every rail sends at once */
@@ -256,7 +256,7 @@ bool gang__pg_execute_hier(gang_t *g, gang_work *w, algo_id algo,
                                local_algo(p, ALGO_ALL_REDUCE, bytes, c->count),
                                &k);
     if (*st == GANG_OK && h->leader) {
-      algo_facts f = gang__pg_tcp_facts(p->w, c, h->nhosts);
+      algo_facts f = gang__pg_tcp_facts(p->w, c, h->nhosts, true);
       *st = run_tcp(p, &a, ALGO_ALL_REDUCE, &f, &k);
     }
     if (*st == GANG_OK && ch != NULL)
@@ -308,7 +308,7 @@ bool gang__pg_execute_hier(gang_t *g, gang_work *w, algo_id algo,
     else if (in_host.out != (char *)c->in && bytes)
       memmove(in_host.out, c->in, bytes); /* alone on its host */
     if (*st == GANG_OK && h->leader) {
-      algo_facts f = gang__pg_tcp_facts(p->w, c, h->nhosts);
+      algo_facts f = gang__pg_tcp_facts(p->w, c, h->nhosts, true);
       f.bytes = part;
       f.count = among.count;
       *st = run_tcp(p, &a, ALGO_ALL_GATHER, &f, &among);
@@ -355,7 +355,7 @@ bool gang__pg_execute_hier(gang_t *g, gang_work *w, algo_id algo,
       algo_ctx r = gang__pg_tcp_ctx(p, w, h->my_host, h->nhosts, h->rail,
                                     h->rail_ctx, deadline, what);
       r.timed = &p->timed_rail;
-      algo_facts f = gang__pg_tcp_facts(p->w, c, h->nhosts);
+      algo_facts f = gang__pg_tcp_facts(p->w, c, h->nhosts, true);
       f.beta_ns *= per; /* every rail sends at once, as select.c prices */
       f.beta_one_ns = 0;
       *st = run_tcp(p, &r, ALGO_REDUCE_SCATTER, &f, &along);

@@ -133,6 +133,7 @@ typedef struct gang__pg {
   algo_timed timed_paths;
   gang__shm_chan *chan;  /* every member on this host: collectives over shm */
   pg_hier *hier;         /* members on several hosts, some sharing one */
+  bool spread;           /* members on several hosts */
   _Atomic int last_algo; /* the algorithm of the last collective, -1: none
                             yet (gang_last_algorithm) */
   /* Per collective, the algorithms it has run (a bit per algo_id; touched
@@ -207,8 +208,10 @@ void gang__pg_name_p2p(char *out, size_t cap, bool send, int peer, int tag);
 /* Prepares channel ch for w's collective (names, signature, deadline). */
 void gang__pg_chan_start(gang__shm_chan *ch, gang_t *g, const gang_work *w);
 
-/* The table's facts of call c over `size` members without shared memory. */
-algo_facts gang__pg_tcp_facts(const pg_world *w, const gang__coll *c, int size);
+/* The table's facts of call c over `size` members without shared memory,
+ * on two hosts or more if spread. */
+algo_facts gang__pg_tcp_facts(const pg_world *w, const gang__coll *c, int size,
+                              bool spread);
 
 /* ---- pg_probe.c ---- */
 

@@ -192,8 +192,9 @@ static void test_link_model(void **state) {
   f.beta_one_ns = 0;
   /* Broadcast: scatter-allgather's formula, (lg p + p - 1) alpha + 2
    * (p-1)/p n beta, beats the tree's lg p (alpha + n beta) at 1 MiB and 8
-   * members, but it measured slower here: the table takes the tree unless
-   * GANG_ALGO forces it. */
+   * members. It measured slower over one host's loopback: the table takes
+   * it only where the members are on several hosts, and the tree below
+   * the sizes its formula prefers. */
   f.size = 8;
   f.bytes = (size_t)1 << 20;
   assert_true(gang__algo_cost(ALGO_BROADCAST, ALGO_TCP_SAG, &f) ==
@@ -202,6 +203,27 @@ static void test_link_model(void **state) {
               gang__algo_cost(ALGO_BROADCAST, ALGO_TCP_BINOMIAL, &f));
   assert_int_equal(gang__algo_select(NULL, ALGO_BROADCAST, ALGO_PATH_TCP, &f),
                    ALGO_TCP_BINOMIAL);
+  f.spread = true;
+  assert_int_equal(gang__algo_select(NULL, ALGO_BROADCAST, ALGO_PATH_TCP, &f),
+                   ALGO_TCP_SAG);
+  f.bytes = 4096; /* 7 alphas more than the tree's 3 cost more than the
+                     bytes it saves */
+  assert_int_equal(gang__algo_select(NULL, ALGO_BROADCAST, ALGO_PATH_TCP, &f),
+                   ALGO_TCP_BINOMIAL);
+  /* Fewer elements than members: the tree, whatever the model. */
+  f.bytes = (size_t)1 << 20;
+  f.count = 4;
+  assert_int_equal(gang__algo_select(NULL, ALGO_BROADCAST, ALGO_PATH_TCP, &f),
+                   ALGO_TCP_BINOMIAL);
+  f.count = SIZE_MAX;
+  /* With hosts of 2 members the scatter's crossing steps, like the
+   * tree's, send from distinct hosts: no shared link. */
+  f.hosts = 4;
+  f.per_host = 2;
+  assert_true(gang__algo_cost(ALGO_BROADCAST, ALGO_TCP_SAG, &f) ==
+              10 * 1e4 + 1.75 * (double)f.bytes);
+  f.hosts = f.per_host = 0;
+  f.spread = false;
   /* reduce_scatter: at a power of two recursive halving moves the ring's
    * bytes in lg p steps, but copies the input in and its block out, where
    * the ring reads the input in place: 4 KiB blocks of 8 ranks take the

@@ -651,6 +651,51 @@ static int paths_rank(int rank, int size, void *arg) {
   return 0;
 }
 
+/* Broadcast across hosts (algo_facts.spread): 4 ranks, each its own
+ * host by GANG_HOST_ID, with the default link model set (10 us, 1.07
+ * GB/s). At 4 KiB the tree's 2 alphas win; at 1 MiB scatter-allgather's
+ * 1.5 n beta prices below the tree's 2 n beta, within 2x of it, so the
+ * members time both. On one host (arg NULL, shared memory off) the same
+ * model never takes scatter-allgather. Every result must be right from
+ * either root. */
+static int spread_rank(int rank, int size, void *arg) {
+  char host[16];
+  snprintf(host, sizeof host, "h%d", rank);
+  if (arg != NULL)
+    setenv("GANG_HOST_ID", host, 1);
+  else
+    setenv("GANG_SHM_DISABLE", "1", 1);
+  setenv("GANG_NET_LATENCY_US", "10", 1);
+  setenv("GANG_NET_BANDWIDTH", "1073741824", 1);
+  gang_t *g = gt_join("algos-spread", g_round, rank, size, 60000, 0);
+  static const forced any = {"", "broadcast", NULL, {0, 0, 0}, 0};
+  g_case = &any;
+  bool tree = false, sag = false;
+  for (int it = 0; it < 16; it++) {
+    run_broadcast(g, rank, size, 1024);
+    RCHECK(strcmp(gang_last_algorithm(g), "binomial") == 0);
+    run_broadcast(g, rank, size, (size_t)1 << 18);
+    tree |= strcmp(gang_last_algorithm(g), "binomial") == 0;
+    sag |= strcmp(gang_last_algorithm(g), "scatter_allgather") == 0;
+  }
+  RCHECK(tree);
+  RCHECK(sag == (arg != NULL));
+  gang_destroy(g);
+  unsetenv("GANG_HOST_ID");
+  unsetenv("GANG_SHM_DISABLE");
+  unsetenv("GANG_NET_LATENCY_US");
+  unsetenv("GANG_NET_BANDWIDTH");
+  return 0;
+}
+
+static void test_broadcast_across_hosts(void **state) {
+  (void)state;
+  g_round++;
+  assert_int_equal(gt_run_ranks(4, spread_rank, "hosts", 120000), 0);
+  g_round++;
+  assert_int_equal(gt_run_ranks(4, spread_rank, NULL, 120000), 0);
+}
+
 static void test_close_calls_take_both(void **state) {
   (void)state;
   for (int ranks = 3; ranks <= 4; ranks++) {
@@ -770,6 +815,7 @@ int main(void) {
       GT_TEST(test_bruck_sizes),
       GT_TEST(test_halving_doubling_sizes),
       GT_TEST(test_scatter_allgather_sizes),
+      GT_TEST(test_broadcast_across_hosts),
       GT_TEST(test_recursive_halving_sizes),
       GT_TEST(test_rank_zero_model_holds),
       GT_TEST(test_close_calls_take_both),

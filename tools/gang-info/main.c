@@ -57,7 +57,9 @@ static int print_algorithms(void) {
  * shared memory, which prices the two-level form and a host's shared link
  * over flat TCP), and the bandwidth of one flow alone (GB/s, at least
  * GBPS; a tree's steps with fewer senders than hosts get between the two).
- * Prints "none" for an algorithm the model does not price.
+ * The members are on several hosts (algo_facts.spread): the model prices
+ * links between hosts. Prints "none" for an algorithm the model does not
+ * price.
  * For bench/compare's prediction beside each measured cell. */
 static int print_cost(int argc, char **argv) {
   algo_coll coll = ALGO_COLL_COUNT;
@@ -90,7 +92,8 @@ static int print_cost(int argc, char **argv) {
                   .size = (int)members,
                   .alpha_ns = alpha * 1000,
                   .beta_ns = 1 / gbps,
-                  .beta_one_ns = 1 / one};
+                  .beta_one_ns = 1 / one,
+                  .spread = true};
   if (per > 1 && per < members) {
     f.per_host = (int)per;
     f.hosts = (int)(members / per);
